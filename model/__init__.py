@@ -1,0 +1,1 @@
+"""A GPT-2-style decoder in Flax NNX with partitioning annotations."""

@@ -1,0 +1,1 @@
+"""Prepare raw corpora into tokenized ArrayRecord shards, and stream them back for training."""

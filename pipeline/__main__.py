@@ -1,0 +1,49 @@
+"""`python -m pipeline {prepare,verify,inspect,batches,corpus}`.
+
+Expected failures print one line and exit non-zero; tracebacks are kept for real bugs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = "usage: python -m pipeline {prepare,verify,inspect,batches,corpus} [options]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "prepare":
+        from pipeline.prepare import PrepareError, run
+
+        try:
+            run(rest)
+        except PrepareError as e:
+            print(f"prepare: error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if command == "verify":
+        from pipeline.verify import main as verify_main
+
+        return verify_main(rest)
+    if command == "inspect":
+        from pipeline.inspect_dataset import main as inspect_main
+
+        return inspect_main(rest)
+    if command == "batches":
+        from pipeline.batches import main as batches_main
+
+        return batches_main(rest)
+    if command == "corpus":
+        from pipeline.corpus import main as corpus_main
+
+        return corpus_main(rest)
+    print(f"unknown command {command!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

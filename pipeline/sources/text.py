@@ -1,0 +1,44 @@
+"""Plain text: documents separated by a separator line, as TinyStories ships them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pipeline.documents import EMPTY, Document, Tally, decode_utf8
+from pipeline.sources.base import plan_byte_ranges, read_range, separator_regex
+from pipeline.units import WorkUnit
+from schemas.manifest import InputInfo, PrepareConfig
+
+
+class TextSource:
+    """A document is the text between separator lines with surrounding whitespace stripped.
+
+    Units are cut right after a separator line, so no document spans two units.
+    """
+
+    def fingerprint_and_plan(
+        self, path: str, input_index: int, config: PrepareConfig
+    ) -> tuple[InputInfo, list[WorkUnit]]:
+        pattern = separator_regex(config.separator)
+
+        def boundary_after(buf: bytes, at_eof: bool) -> int | None:
+            match = pattern.search(buf)
+            if match is None or (match.end() == len(buf) and not at_eof):
+                return None
+            return match.end()
+
+        return plan_byte_ranges(path, input_index, "text", config, boundary_after)
+
+    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
+        pieces = separator_regex(config.separator).split(read_range(unit))
+        # What follows the last separator is a document only if it holds text: a file that
+        # ends with a separator line has nothing after it, and that is no skipped document.
+        last = pieces.pop()
+        if last.strip():
+            pieces.append(last)
+        for piece in pieces:
+            text = decode_utf8(piece, tally).strip()
+            if text:
+                yield Document(text)
+            else:
+                tally.skip(EMPTY)

@@ -1,0 +1,147 @@
+"""Turning one work unit into its shards: read, tokenize, split, shuffle, pack, write, record.
+
+Everything here depends only on the unit and the config, so any worker, on any runner, at any
+time, writes the same bytes for the same unit. The unit record is written last: a unit without
+one is unfinished, whatever shards it may have left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from pipeline import storage
+from pipeline.documents import Tally
+from pipeline.shard_writer import write_shard
+from pipeline.sources import SOURCES
+from pipeline.tokenizer import encode_document, eot_id, load_encoding
+from pipeline.units import UnitResult, WorkUnit, unit_record_name
+from schemas import formats
+from schemas.manifest import PrepareConfig, ShardInfo
+from schemas.records import encode_record, numpy_dtype
+
+
+def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
+    """True for documents that go to validation, by a salted hash of their text.
+
+    A document's split depends on its content alone, so it stays put when the corpus around it
+    changes, and exact duplicates land in the same split.
+    """
+    if fraction <= 0.0:
+        return np.zeros(len(texts), dtype=bool)
+    salt = seed.to_bytes(8, "little", signed=True)
+    threshold = int(fraction * 2**64)
+    return np.fromiter(
+        (
+            int.from_bytes(
+                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8, salt=salt).digest(),
+                "little",
+            )
+            < threshold
+            for t in texts
+        ),
+        dtype=bool,
+        count=len(texts),
+    )
+
+
+def shuffled_order(count: int, seed: int, unit_index: int, split: str) -> np.ndarray:
+    """A permutation keyed by stable hashes, so it is the same under any numpy version."""
+    prefix = f"{seed}:{unit_index}:{split}:".encode()
+    keys = np.fromiter(
+        (
+            int.from_bytes(hashlib.blake2b(prefix + str(i).encode(), digest_size=8).digest(), "little")
+            for i in range(count)
+        ),
+        dtype=np.uint64,
+        count=count,
+    )
+    return np.argsort(keys, kind="stable")
+
+
+def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
+    """Offsets cutting the concatenated documents into records (see schemas/records.py)."""
+    bounds = [0]
+    position, used = 0, 0
+    for length in lengths:
+        if used + length > record_tokens and used > 0:
+            bounds.append(position)
+            used = 0
+        while length > record_tokens:
+            position += record_tokens
+            length -= record_tokens
+            bounds.append(position)
+        position += length
+        used += length
+    if position > bounds[-1]:
+        bounds.append(position)
+    return bounds
+
+
+def pack(documents: list[np.ndarray], eot: int, dtype: np.dtype) -> tuple[np.ndarray, list[int]]:
+    """Documents concatenated, each followed by the end-of-text id, and their lengths."""
+    lengths = [len(d) + 1 for d in documents]
+    flat = np.empty(sum(lengths), dtype=dtype)
+    position = 0
+    for document, length in zip(documents, lengths):
+        flat[position : position + length - 1] = document
+        flat[position + length - 1] = eot
+        position += length
+    return flat, lengths
+
+
+def process_unit(
+    unit: WorkUnit, config: PrepareConfig, *, dtype_name: str, num_units: int, output_dir: str
+) -> UnitResult:
+    encoding = load_encoding(config.tokenizer)
+    eot = eot_id(encoding)
+    dtype = numpy_dtype(dtype_name)
+    tally = Tally()
+    texts = [d.text for d in SOURCES[unit.format].read(unit, config, tally)]
+    to_validation = validation_mask(texts, config.validation_fraction, config.seed)
+
+    shards = []
+    for split, selected in (("train", ~to_validation), ("validation", to_validation)):
+        indices = np.flatnonzero(selected)
+        if len(indices) == 0:
+            continue
+        order = indices[shuffled_order(len(indices), config.seed, unit.index, split)]
+        tokens = [encode_document(encoding, texts[i]) for i in order]
+        flat, lengths = pack(tokens, eot, dtype)
+        bounds = record_bounds(lengths, config.record_tokens)
+        relative = formats.shard_path(split, unit.index, num_units)
+        written = write_shard(
+            storage.join(output_dir, relative),
+            (encode_record(flat[a:b], dtype_name) for a, b in zip(bounds, bounds[1:])),
+        )
+        shards.append(
+            ShardInfo(
+                split=split,
+                path=relative,
+                unit=unit.index,
+                records=written.records,
+                documents=len(indices),
+                tokens=len(flat),
+                bytes=written.bytes,
+                sha256=written.sha256,
+            )
+        )
+
+    state = storage.join(output_dir, formats.STATE_DIR)
+    if tally.rejects:
+        lines = "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in tally.rejects)
+        storage.write_bytes_atomic(
+            storage.join(state, formats.UNIT_REJECTS_DIR, f"{unit.index:05d}.jsonl"), lines.encode()
+        )
+    result = UnitResult(
+        unit=unit.index,
+        shards=tuple(shards),
+        skipped=dict(sorted(tally.skipped.items())),
+        counts=dict(sorted(tally.counts.items())),
+    )
+    storage.write_bytes_atomic(
+        storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()
+    )
+    return result

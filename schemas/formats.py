@@ -1,0 +1,40 @@
+"""On-disk names and format versions: the one place both sides of the data path agree on.
+
+Every file the project writes carries a version so that a reader can refuse what it does not
+understand instead of misreading it.
+"""
+
+from __future__ import annotations
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "tokshards.manifest"
+MANIFEST_VERSION = 1
+
+# Timestamps and runner details live apart from the manifest so that two runs' manifests compare
+# equal byte for byte.
+RUN_INFO_NAME = "run_info.json"
+REJECTS_NAME = "rejects.jsonl"
+
+# Work-in-progress state of `prepare`; removed once the manifest is written.
+STATE_DIR = ".prepare"
+PLAN_NAME = "plan.json"
+UNITS_DIR = "units"
+UNIT_REJECTS_DIR = "rejects"
+
+SPLITS = ("train", "validation")
+SHARD_STEM = "data.array_record"
+
+# ArrayRecord writer options: uncompressed (token ids barely compress) and one record per chunk,
+# so that every record is one random read for the loader.
+ARRAY_RECORD_OPTIONS = "group_size:1,uncompressed"
+
+
+def shard_path(split: str, unit_index: int, num_units: int) -> str:
+    """Relative path of the shard a unit writes for a split.
+
+    The shard index is the unit index, so names are fixed by the plan and never depend on how
+    the runner scheduled the work. A unit that gave a split no document writes no shard for it.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    return f"{split}/{SHARD_STEM}-{unit_index:05d}-of-{num_units:05d}"

@@ -1,0 +1,253 @@
+"""The manifest of a prepared directory: its types, their JSON form and the JSON Schema.
+
+The manifest is a pure function of the inputs and the config: it holds no timestamps, host names or
+durations (those go to `run_info.json`), so two runs that should agree compare equal byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import jsonschema
+
+from schemas import formats
+from schemas.records import DEFAULT_RECORD_TOKENS
+
+DEFAULT_UNIT_BYTES = 16 * 2**20
+DEFAULT_SEPARATOR = "<|endoftext|>"
+INPUT_FORMATS = ("text", "jsonl", "parquet", "hf")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareConfig:
+    """Everything that decides the output of `prepare`. Runner options are not part of it."""
+
+    tokenizer: str = "gpt2"
+    format: str | None = None
+    text_field: str = "text"
+    separator: str = DEFAULT_SEPARATOR
+    validation_fraction: float = 0.0
+    seed: int = 0
+    unit_bytes: int = DEFAULT_UNIT_BYTES
+    record_tokens: int = DEFAULT_RECORD_TOKENS
+    skip_bad_files: bool = False
+    hf_split: str = "train"
+    hf_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in INPUT_FORMATS:
+            raise ValueError(f"unknown format {self.format!r}; expected one of {INPUT_FORMATS}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in [0, 1) (got {self.validation_fraction=})"
+            )
+        if self.unit_bytes < 4096:
+            raise ValueError(f"unit_bytes must be at least 4096 (got {self.unit_bytes=})")
+        if self.record_tokens < 16:
+            raise ValueError(f"record_tokens must be at least 16 (got {self.record_tokens=})")
+        if not self.separator.strip() or "\n" in self.separator:
+            raise ValueError(f"separator must be one non-blank line (got {self.separator=!r})")
+        if not self.text_field:
+            raise ValueError("text_field must not be empty")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    name: str
+    vocab_sha256: str
+    n_vocab: int
+    eot_id: int
+    tiktoken_version: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InputInfo:
+    """One input as it was fingerprinted. For a hub dataset, `sha256` is its `datasets` fingerprint."""
+
+    path: str
+    format: str
+    size: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    split: str
+    path: str
+    unit: int
+    records: int
+    documents: int
+    tokens: int
+    bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitTotals:
+    shards: int
+    records: int
+    documents: int
+    tokens: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    tokenizer: TokenizerInfo
+    dtype: str
+    config: PrepareConfig
+    inputs: tuple[InputInfo, ...]
+    num_units: int
+    shards: tuple[ShardInfo, ...]
+    skipped: dict[str, int]
+    counts: dict[str, int]
+    totals: dict[str, SplitTotals]
+    package_versions: dict[str, str]
+    format: str = formats.MANIFEST_FORMAT
+    version: int = formats.MANIFEST_VERSION
+
+    def shards_of(self, split: str) -> tuple[ShardInfo, ...]:
+        return tuple(s for s in self.shards if s.split == split)
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys and a fixed layout, so equal manifests are equal bytes."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """Parse and validate; a manifest of another format or version is refused, not guessed."""
+        data = json.loads(text)
+        validate(data)
+        return cls(
+            tokenizer=TokenizerInfo(**data["tokenizer"]),
+            dtype=data["dtype"],
+            config=PrepareConfig(**data["config"]),
+            inputs=tuple(InputInfo(**i) for i in data["inputs"]),
+            num_units=data["num_units"],
+            shards=tuple(ShardInfo(**s) for s in data["shards"]),
+            skipped=dict(data["skipped"]),
+            counts=dict(data["counts"]),
+            totals={k: SplitTotals(**v) for k, v in data["totals"].items()},
+            package_versions=dict(data["package_versions"]),
+            format=data["format"],
+            version=data["version"],
+        )
+
+
+def split_totals(shards: tuple[ShardInfo, ...]) -> dict[str, SplitTotals]:
+    totals = {}
+    for split in formats.SPLITS:
+        mine = [s for s in shards if s.split == split]
+        if mine:
+            totals[split] = SplitTotals(
+                shards=len(mine),
+                records=sum(s.records for s in mine),
+                documents=sum(s.documents for s in mine),
+                tokens=sum(s.tokens for s in mine),
+                bytes=sum(s.bytes for s in mine),
+            )
+    return totals
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+        "additionalProperties": False,
+    }
+
+
+_INT = {"type": "integer", "minimum": 0}
+_STR = {"type": "string"}
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_COUNTS = {"type": "object", "additionalProperties": _INT}
+
+JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": f"{formats.MANIFEST_FORMAT}.v{formats.MANIFEST_VERSION}",
+    "title": "Manifest of a prepared, tokenized dataset",
+    **_object(
+        {
+            "format": {"const": formats.MANIFEST_FORMAT},
+            "version": {"const": formats.MANIFEST_VERSION},
+            "tokenizer": _object(
+                {
+                    "name": _STR,
+                    "vocab_sha256": _SHA256,
+                    "n_vocab": _INT,
+                    "eot_id": _INT,
+                    "tiktoken_version": _STR,
+                }
+            ),
+            "dtype": {"enum": ["uint16", "uint32"]},
+            "config": _object(
+                {
+                    "tokenizer": _STR,
+                    "format": {"enum": [*INPUT_FORMATS, None]},
+                    "text_field": _STR,
+                    "separator": _STR,
+                    "validation_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                    "seed": {"type": "integer"},
+                    "unit_bytes": _INT,
+                    "record_tokens": _INT,
+                    "skip_bad_files": {"type": "boolean"},
+                    "hf_split": _STR,
+                    "hf_name": {"type": ["string", "null"]},
+                }
+            ),
+            "inputs": {
+                "type": "array",
+                "items": _object(
+                    {"path": _STR, "format": {"enum": list(INPUT_FORMATS)}, "size": _INT, "sha256": _STR}
+                ),
+            },
+            "num_units": _INT,
+            "shards": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "split": {"enum": list(formats.SPLITS)},
+                        "path": _STR,
+                        "unit": _INT,
+                        "records": _INT,
+                        "documents": _INT,
+                        "tokens": _INT,
+                        "bytes": _INT,
+                        "sha256": _SHA256,
+                    }
+                ),
+            },
+            "skipped": _COUNTS,
+            "counts": _COUNTS,
+            "totals": {
+                "type": "object",
+                "propertyNames": {"enum": list(formats.SPLITS)},
+                "additionalProperties": _object(
+                    {"shards": _INT, "records": _INT, "documents": _INT, "tokens": _INT, "bytes": _INT}
+                ),
+            },
+            "package_versions": {"type": "object", "additionalProperties": _STR},
+        }
+    ),
+}
+
+
+class ManifestError(ValueError):
+    """A manifest that is missing, of another version, or not valid against the schema."""
+
+
+def validate(data: Any) -> None:
+    if isinstance(data, dict) and data.get("format") == formats.MANIFEST_FORMAT:
+        if data.get("version") != formats.MANIFEST_VERSION:
+            raise ManifestError(
+                f"manifest version {data.get('version')!r} is not supported by this reader "
+                f"(expected {formats.MANIFEST_VERSION}); prepare the data again or upgrade"
+            )
+    try:
+        jsonschema.validate(data, JSON_SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "<root>"
+        raise ManifestError(f"invalid manifest at {where}: {e.message}") from None

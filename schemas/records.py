@@ -1,0 +1,41 @@
+"""Record layout of the prepared shards.
+
+A record is a flat run of token ids, little-endian, of the manifest's dtype. Consecutive documents
+of one work unit (after its seeded shuffle) are packed into records of at most `record_tokens`
+tokens; every document ends with the end-of-text id. A document never straddles two records unless
+it alone is longer than the bound: then it is cut into record-sized pieces placed in consecutive
+records, and only its last piece ends with the end-of-text id.
+
+Packing many short documents per record keeps per-record costs (writing, the loader's random
+reads) off the hot path: TinyStories documents are ~200 tokens, so one document per record would
+make record overhead dominate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_RECORD_TOKENS = 8192
+UINT16_VOCAB_LIMIT = 2**16
+
+
+def token_dtype_name(n_vocab: int) -> str:
+    """The narrowest dtype that holds every token id of a vocabulary."""
+    if n_vocab <= 0:
+        raise ValueError(f"n_vocab must be positive (got {n_vocab=})")
+    return "uint16" if n_vocab <= UINT16_VOCAB_LIMIT else "uint32"
+
+
+def numpy_dtype(dtype_name: str) -> np.dtype:
+    """The explicit little-endian numpy dtype, so shards read the same on any host."""
+    if dtype_name not in ("uint16", "uint32"):
+        raise ValueError(f"unsupported token dtype {dtype_name!r}; expected 'uint16' or 'uint32'")
+    return np.dtype("<u2" if dtype_name == "uint16" else "<u4")
+
+
+def encode_record(tokens: np.ndarray, dtype_name: str) -> bytes:
+    return np.ascontiguousarray(tokens, dtype=numpy_dtype(dtype_name)).tobytes()
+
+
+def decode_record(record: bytes, dtype_name: str) -> np.ndarray:
+    return np.frombuffer(record, dtype=numpy_dtype(dtype_name))

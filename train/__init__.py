@@ -1,0 +1,1 @@
+"""The trainer: wires the loader, the model, Optax and Orbax together."""
