@@ -5,6 +5,7 @@ Expected failures print one line and exit non-zero; tracebacks are kept for real
 
 from __future__ import annotations
 
+import logging
 import sys
 
 USAGE = "usage: python -m pipeline {prepare,verify,inspect,batches,corpus} [options]"
@@ -18,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "prepare":
         from pipeline.prepare import PrepareError, run
+
+        # Beam's local job service relays every worker's log lines; keep the progress readable.
+        logging.getLogger("apache_beam.runners.portability").setLevel(logging.ERROR)
 
         try:
             run(rest)

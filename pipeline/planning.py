@@ -128,6 +128,7 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
                 f"{output_dir} holds an unfinished run with different {_differences(old, identity)}; "
                 "rerun with the same inputs and config to resume it, or pass --overwrite"
             )
+        storage.remove_scratch(output_dir)
         return "resume"
     if storage.is_local(output_dir) and os.path.isdir(output_dir) and os.listdir(output_dir):
         raise PlanError(

@@ -16,7 +16,13 @@ import time
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, SetupOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
 from pipeline import storage
 from pipeline.finalize import finished_units, write_outputs
@@ -88,6 +94,9 @@ def default_runner_options(pipeline_args: list[str]) -> PipelineOptions:
             direct.direct_num_workers = os.cpu_count() or 1
         if not any(a.startswith("--direct_running_mode") for a in pipeline_args):
             direct.direct_running_mode = "multi_processing"
+        workers = options.view_as(WorkerOptions)
+        if workers.default_sdk_harness_log_level is None:
+            workers.default_sdk_harness_log_level = "WARNING"  # keep the progress line readable
     else:
         setup = options.view_as(SetupOptions)
         here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")

@@ -74,10 +74,7 @@ def _temporary_name(path: str) -> str:
 
 def _publish(local_file: str, path: str) -> None:
     if is_local(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        temporary = _temporary_name(path)
-        shutil.move(local_file, temporary)
-        os.replace(temporary, path)
+        os.replace(local_file, path)  # the scratch file sits beside `path`: one atomic rename
         return
     temporary = _temporary_name(path)
     with open(local_file, "rb") as src, FileSystems.create(
@@ -117,9 +114,29 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
 
 
+def remove_scratch(directory: str) -> int:
+    """Delete scratch files an interrupted writer left under a local directory; returns how many.
+
+    Scratch names start with a dot, so readers never take them for output; this only reclaims
+    the space. Remote filesystems are left alone (their scratch names are just as hidden).
+    """
+    if not is_local(directory):
+        return 0
+    removed = 0
+    for dirpath, _, names in os.walk(directory):
+        for name in names:
+            if name.startswith(".partial-") or (name.startswith(".") and ".tmp-" in name):
+                os.remove(os.path.join(dirpath, name))
+                removed += 1
+    return removed
+
+
 def delete_tree(path: str) -> None:
     if is_local(path):
-        shutil.rmtree(path, ignore_errors=True)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
     elif FileSystems.exists(path):
         FileSystems.delete([path])
 

@@ -13,9 +13,9 @@ import json
 import numpy as np
 
 from pipeline import storage
-from pipeline.documents import Tally
+from pipeline.documents import BAD_FILE, Reject, Tally
 from pipeline.shard_writer import write_shard
-from pipeline.sources import SOURCES
+from pipeline.sources import SOURCES, SourceError
 from pipeline.tokenizer import encode_document, eot_id, load_encoding
 from pipeline.units import UnitResult, WorkUnit, unit_record_name
 from schemas import formats
@@ -99,7 +99,16 @@ def process_unit(
     eot = eot_id(encoding)
     dtype = numpy_dtype(dtype_name)
     tally = Tally()
-    texts = [d.text for d in SOURCES[unit.format].read(unit, config, tally)]
+    try:
+        texts = [d.text for d in SOURCES[unit.format].read(unit, config, tally)]
+    except (SourceError, OSError) as e:
+        message = str(e) if isinstance(e, SourceError) else f"{unit.path}: {e}"
+        if not config.skip_bad_files:
+            raise SourceError(message) from None
+        # The whole unit is skipped and recorded: no partial file is taken as complete.
+        tally = Tally()
+        tally.reject(Reject(BAD_FILE, unit.path, f"unit {unit.index}", message))
+        texts = []
     to_validation = validation_mask(texts, config.validation_fraction, config.seed)
 
     shards = []

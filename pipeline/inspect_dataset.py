@@ -1,0 +1,80 @@
+"""`inspect`: totals per split, a document-length histogram and the first documents as text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordReader
+
+from pipeline import storage
+from pipeline.manifest_io import read_manifest
+from pipeline.tokenizer import load_encoding
+from schemas.manifest import Manifest, ManifestError
+from schemas.records import decode_record
+
+
+def document_lengths(tokens: np.ndarray, eot: int) -> np.ndarray:
+    """Lengths (with their end-of-text token) of the complete documents in a token run."""
+    ends = np.flatnonzero(tokens == eot)
+    return np.diff(np.concatenate(([-1], ends)))
+
+
+def read_tokens(data_dir: str, manifest: Manifest, split: str, max_records: int) -> np.ndarray:
+    """The split's first records, in shard order, concatenated."""
+    parts, remaining = [], max_records
+    for shard in manifest.shards_of(split):
+        reader = ArrayRecordReader(storage.join(data_dir, shard.path))
+        count = min(remaining, reader.num_records())
+        parts += [decode_record(r, manifest.dtype) for r in reader.read(list(range(count)))]
+        reader.close()
+        remaining -= count
+        if remaining == 0:
+            break
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+
+def histogram(lengths: np.ndarray, bins: int = 10, width: int = 40) -> list[str]:
+    if len(lengths) == 0:
+        return ["  (no complete documents)"]
+    edges = np.unique(np.geomspace(1, lengths.max() + 1, bins + 1).astype(int))
+    counts, edges = np.histogram(lengths, bins=edges)
+    top = counts.max() or 1
+    return [
+        f"  {lo:>7}-{hi - 1:<7} {n:>8} {'#' * int(round(width * n / top))}"
+        for lo, hi, n in zip(edges[:-1], edges[1:], counts)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline inspect", description=__doc__)
+    parser.add_argument("data_dir")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--documents", type=int, default=3, help="how many documents to print")
+    parser.add_argument("--max-records", type=int, default=200, help="records read for the histogram")
+    args = parser.parse_args(argv)
+    try:
+        manifest = read_manifest(args.data_dir)
+    except ManifestError as e:
+        print(f"inspect: error: {e}", file=sys.stderr)
+        return 2
+    print(f"tokenizer {manifest.tokenizer.name} (n_vocab {manifest.tokenizer.n_vocab}, eot {manifest.tokenizer.eot_id}), dtype {manifest.dtype}")
+    for split, t in manifest.totals.items():
+        print(f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes")
+    if manifest.skipped:
+        print("skipped:", ", ".join(f"{k} {v}" for k, v in manifest.skipped.items()))
+    if args.split not in manifest.totals:
+        print(f"inspect: error: no split {args.split!r} (splits: {sorted(manifest.totals)})", file=sys.stderr)
+        return 2
+    tokens = read_tokens(args.data_dir, manifest, args.split, args.max_records)
+    eot = manifest.tokenizer.eot_id
+    lengths = document_lengths(tokens, eot)
+    print(f"document lengths in tokens ({len(lengths)} documents from the first {args.max_records} records):")
+    print("\n".join(histogram(lengths)))
+    encoding = load_encoding(manifest.config.tokenizer)
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    for i in range(min(args.documents, len(lengths))):
+        text = encoding.decode(tokens[starts[i] : starts[i + 1] - 1].tolist())
+        print(f"--- document {i} ({lengths[i]} tokens) ---\n{text}")
+    return 0

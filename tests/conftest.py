@@ -1,0 +1,110 @@
+"""Shared test helpers: small corpora in every format, and running `prepare` in-process."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+# Tests import the project from the checkout, installed or not.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from array_record.python.array_record_module import ArrayRecordReader  # noqa: E402
+
+from pipeline import prepare  # noqa: E402
+from schemas import formats  # noqa: E402
+from schemas.manifest import Manifest  # noqa: E402
+from schemas.records import decode_record  # noqa: E402
+
+# One worker in-process: fast to start. Determinism tests compare it with multi-process runs.
+IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+
+
+def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
+    argv = [a for path in inputs for a in ("--input", path)] + ["--output", output, *extra]
+    if not any(a.startswith("--direct_") for a in extra):
+        argv += IN_PROCESS
+    return prepare.run(argv)
+
+
+def read_split(output: str, split: str = "train") -> list[np.ndarray]:
+    """Every record of a split, in manifest order."""
+    manifest = Manifest.from_json(open(os.path.join(output, formats.MANIFEST_NAME)).read())
+    records = []
+    for shard in manifest.shards_of(split):
+        reader = ArrayRecordReader(os.path.join(output, shard.path))
+        records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(reader.num_records())))]
+        reader.close()
+    return records
+
+
+def decoded_documents(output: str, encoding, split: str = "train") -> list[str]:
+    """Documents decoded back from a split's records, in stored order."""
+    records = read_split(output, split)
+    if not records:
+        return []
+    tokens = np.concatenate(records)
+    eot = encoding.eot_token
+    ends = np.flatnonzero(tokens == eot)
+    assert len(ends) and ends[-1] == len(tokens) - 1, "every split must end with an end-of-text token"
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    return [encoding.decode(tokens[a:b].tolist()) for a, b in zip(starts, ends)]
+
+
+def tree_bytes(root: str) -> dict[str, bytes]:
+    """Relative path -> content for every file, to compare two output directories exactly."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, root)] = open(path, "rb").read()
+    return out
+
+
+def sample_documents(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = ["the", "cat", "sat", "on", "a", "mat", "Ünïcödé", "日本語", "emoji 🙂", "tab\there", "<|endoftext|>"]
+    docs = []
+    for _ in range(n):
+        k = int(rng.integers(2, 60))
+        docs.append(" ".join(words[i] for i in rng.integers(0, len(words), k)))
+    return docs
+
+
+def write_text(path: str, docs: list[str], separator: str = "<|endoftext|>") -> str:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for d in docs:
+            f.write(f"{d}\n{separator}\n")
+    return path
+
+
+def write_jsonl(path: str, docs: list[str], field: str = "text") -> str:
+    lines = "".join(json.dumps({field: d, "id": i}) + "\n" for i, d in enumerate(docs)).encode()
+    if path.endswith(".gz"):
+        lines = gzip.compress(lines, mtime=0)
+    elif path.endswith(".zst"):
+        import zstandard
+
+        lines = zstandard.ZstdCompressor().compress(lines)
+    with open(path, "wb") as f:
+        f.write(lines)
+    return path
+
+
+def write_parquet(path: str, docs: list[str], row_group_size: int = 50) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": docs, "id": list(range(len(docs)))}), path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.fixture(scope="session")
+def encoding():
+    from pipeline.tokenizer import load_encoding
+
+    return load_encoding("gpt2")

@@ -1,0 +1,54 @@
+"""Unit-level pieces of prepare: record packing, per-unit shuffles and the split hash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.unit_worker import pack, record_bounds, shuffled_order, validation_mask
+
+
+@pytest.mark.parametrize("record_tokens", [16, 50, 1000])
+def test_record_bounds_keep_documents_whole_unless_too_long(record_tokens):
+    rng = np.random.default_rng(record_tokens)
+    lengths = [int(x) for x in rng.integers(1, 3 * record_tokens, 200)]
+    bounds = record_bounds(lengths, record_tokens)
+    sizes = np.diff(bounds)
+    assert bounds[0] == 0 and bounds[-1] == sum(lengths)
+    assert sizes.max() <= record_tokens and sizes.min() > 0
+    cuts = set(bounds)
+    doc_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    for start, length in zip(doc_starts, lengths):
+        inside = sorted(c for c in cuts if start < c < start + length)
+        # A document that fits is never cut; a longer one is cut into full-size pieces from its start.
+        assert inside == list(range(start + record_tokens, start + length, record_tokens))
+
+
+def test_record_bounds_fill_records_greedily():
+    assert record_bounds([3, 3, 3], 6) == [0, 6, 9]
+    assert record_bounds([7], 3) == [0, 3, 6, 7]
+    assert record_bounds([2, 7, 1], 3) == [0, 2, 5, 8, 10]
+    assert record_bounds([], 8) == [0]
+
+
+def test_pack_appends_eot_after_every_document():
+    docs = [np.array([1, 2], np.uint32), np.array([], np.uint32), np.array([3], np.uint32)]
+    flat, lengths = pack(docs, 99, np.dtype("<u2"))
+    assert flat.tolist() == [1, 2, 99, 99, 3, 99]
+    assert lengths == [3, 1, 2]
+
+
+def test_shuffled_order_is_a_seeded_permutation():
+    a = shuffled_order(1000, seed=1, unit_index=3, split="train")
+    assert sorted(a.tolist()) == list(range(1000))
+    assert np.array_equal(a, shuffled_order(1000, seed=1, unit_index=3, split="train"))
+    assert not np.array_equal(a, shuffled_order(1000, seed=1, unit_index=4, split="train"))
+    assert not np.array_equal(a, shuffled_order(1000, seed=2, unit_index=3, split="train"))
+
+
+def test_validation_mask_fraction_and_salt():
+    texts = [f"document {i}" for i in range(20000)]
+    mask = validation_mask(texts, 0.1, seed=0)
+    assert abs(mask.mean() - 0.1) < 0.01
+    assert not validation_mask(texts, 0.0, seed=0).any()
+    assert (mask != validation_mask(texts, 0.1, seed=1)).any()

@@ -1,0 +1,145 @@
+"""Bad input: a clear error or a counted, recorded skip; never a crash or a silent loss."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import decoded_documents, read_split, run_prepare, write_jsonl, write_text
+from pipeline.prepare import PrepareError
+from schemas import formats
+
+
+def _rejects(out: str) -> list[dict]:
+    with open(os.path.join(out, formats.REJECTS_NAME)) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path, encoding):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"good one\n<|endoftext|>\nbad \xff\xfe bytes\n<|endoftext|>\nalso \xc3 bad\n<|endoftext|>\n")
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(path)], out)
+    assert manifest.counts["invalid_utf8_documents"] == 2
+    assert sorted(decoded_documents(out, encoding)) == sorted(["good one", "bad \ufffd\ufffd bytes", "also \ufffd bad"])
+
+
+def test_empty_and_blank_documents_are_skipped_and_counted(tmp_path, encoding):
+    path = write_text(str(tmp_path / "c.txt"), ["one", "", "   \n\t ", "two"])
+    jsonl = write_jsonl(str(tmp_path / "c.jsonl"), ["three", "", "  "])
+    out = str(tmp_path / "out")
+    manifest = run_prepare([path, jsonl], out)
+    assert manifest.skipped["empty_document"] == 4
+    assert sorted(decoded_documents(out, encoding)) == ["one", "three", "two"]
+
+
+def test_malformed_json_lines_are_rejected_with_file_and_line(tmp_path, encoding):
+    good = [json.dumps({"text": f"document number {i} " + "word " * 40}) for i in range(200)]
+    lines = list(good)
+    lines[10] = '{"text": "unterminated'
+    lines[120] = json.dumps({"body": "no text field"})
+    lines[150] = json.dumps({"text": 42})
+    lines[170] = json.dumps(["not", "an", "object"])
+    lines[180] = json.dumps({"text": None})
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(path)], out, "--unit-bytes", "4096")
+    assert manifest.num_units > 3, "line numbers must hold across unit boundaries"
+    assert manifest.skipped == {"malformed_json": 1, "missing_text_field": 3, "non_string_text_field": 1}
+    rejects = _rejects(out)
+    assert [(r["reason"], r["location"]) for r in rejects] == [
+        ("malformed_json", "line 11"),
+        ("missing_text_field", "line 121"),
+        ("non_string_text_field", "line 151"),
+        ("missing_text_field", "line 171"),
+        ("missing_text_field", "line 181"),
+    ]
+    assert all(r["path"] == str(path) for r in rejects)
+    assert manifest.totals["train"].documents == 195
+
+
+@pytest.mark.parametrize("suffix", ["gz", "zst"])
+def test_truncated_compressed_file_stops_the_run_naming_it(tmp_path, suffix):
+    docs = [f"doc {i} " + "text " * 50 for i in range(2000)]
+    full = write_jsonl(str(tmp_path / f"full.jsonl.{suffix}"), docs)
+    data = open(full, "rb").read()
+    truncated = tmp_path / f"cut.jsonl.{suffix}"
+    truncated.write_bytes(data[: len(data) // 2])
+    out = str(tmp_path / "out")
+    with pytest.raises(PrepareError, match=f"cut.jsonl.{suffix}.*truncated"):
+        run_prepare([full, str(truncated)], out)
+    assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
+
+    manifest = run_prepare([full, str(truncated)], str(tmp_path / "skip"), "--skip-bad-files")
+    assert manifest.skipped == {"unreadable_file": 1}
+    assert manifest.totals["train"].documents == len(docs)
+    (reject,) = _rejects(str(tmp_path / "skip"))
+    assert reject["path"] == str(truncated) and "truncated" in reject["detail"]
+
+
+def test_unreadable_parquet_is_an_error_or_a_recorded_skip(tmp_path, encoding):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet at all")
+    good = write_text(str(tmp_path / "good.txt"), ["fine"])
+    with pytest.raises(PrepareError, match="bad.parquet"):
+        run_prepare([str(bad), good], str(tmp_path / "out"))
+    manifest = run_prepare([str(bad), good], str(tmp_path / "skip"), "--skip-bad-files")
+    assert manifest.skipped == {"unreadable_file": 1}
+    assert decoded_documents(str(tmp_path / "skip"), encoding) == ["fine"]
+
+
+def test_garbage_nul_crlf_and_bom_are_handled(tmp_path, encoding):
+    rng = np.random.default_rng(0)
+    garbage = rng.integers(0, 256, 20000, dtype=np.uint8).tobytes().replace(b"<|endoftext|>", b"")
+    crlf = b"\xef\xbb\xbffirst line\r\nsecond\x00line\r\n<|endoftext|>\r\n  third doc \r\n<|endoftext|>\r\n"
+    (tmp_path / "crlf.txt").write_bytes(crlf)
+    (tmp_path / "garbage.txt").write_bytes(garbage)
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096")
+    docs = decoded_documents(out, encoding)
+    assert "first line\r\nsecond\x00line" in docs
+    assert "third doc" in docs
+    expected_garbage = garbage.decode("utf-8", errors="replace").strip()
+    # No separator line in the garbage: it stays one document, however small the units.
+    assert collections.Counter(docs)[expected_garbage] == 1
+    total = sum(len(encoding.encode_ordinary(d)) + 1 for d in docs)
+    assert manifest.totals["train"].tokens == total
+    assert manifest.counts["invalid_utf8_documents"] >= 1
+
+
+def test_bom_at_start_of_jsonl(tmp_path, encoding):
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"text": "hello"}).encode() + b"\n")
+    out = str(tmp_path / "out")
+    run_prepare([str(path)], out)
+    assert decoded_documents(out, encoding) == ["hello"]
+
+
+def test_long_document_spans_consecutive_records(tmp_path, encoding):
+    long_doc = " ".join(f"w{i}" for i in range(5000))
+    path = write_jsonl(str(tmp_path / "l.jsonl"), ["short", long_doc])
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(path)], out, "--record-tokens", "512")
+    records = read_split(out)
+    assert max(len(r) for r in records) <= 512
+    assert sorted(decoded_documents(out, encoding)) == sorted(["short", long_doc])
+    assert manifest.totals["train"].records == len(records) > 10
+
+
+@pytest.mark.slow
+def test_fifty_megabyte_single_document(tmp_path, encoding):
+    text = ("All work and no play makes a dull model. " * 1_250_000).strip()
+    assert len(text) >= 50_000_000
+    path = write_jsonl(str(tmp_path / "big.jsonl"), [text])
+    out = str(tmp_path / "out")
+    manifest = run_prepare([path], out)
+    assert manifest.totals["train"].documents == 1
+    assert manifest.totals["train"].tokens == len(encoding.encode_ordinary(text)) + 1
+    tokens = np.concatenate(read_split(out))
+    assert encoding.decode(tokens[:-1].tolist()) == text

@@ -1,0 +1,163 @@
+"""Whole runs of prepare: determinism, resume after SIGKILL, refusing mismatched reruns, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from array_record.python.array_record_module import ArrayRecordReader
+
+from conftest import run_prepare, tree_bytes
+from pipeline.corpus import write_corpus
+from pipeline.prepare import PrepareError
+from schemas import formats
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _outputs(root: str) -> dict[str, bytes]:
+    """Everything but run_info.json, which alone may differ between equal runs."""
+    files = tree_bytes(root)
+    files.pop(formats.RUN_INFO_NAME)
+    return files
+
+
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("corpus") / "stories.txt")
+    write_corpus(path, 6000, seed=1)
+    return path
+
+
+def test_same_output_in_process_and_with_two_worker_processes(stories, tmp_path):
+    common = ["--unit-bytes", "65536", "--validation-fraction", "0.1"]
+    run_prepare([stories], str(tmp_path / "a"), *common)
+    run_prepare(
+        [stories], str(tmp_path / "b"), *common, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+    )
+    a, b = _outputs(str(tmp_path / "a")), _outputs(str(tmp_path / "b"))
+    assert sorted(a) == sorted(b)
+    assert a == b
+    manifest = json.loads(a[formats.MANIFEST_NAME])
+    assert manifest["num_units"] > 4 and len(manifest["shards"]) > 8
+
+
+def test_output_depends_on_config_seed(stories, tmp_path):
+    run_prepare([stories], str(tmp_path / "a"), "--seed", "1")
+    run_prepare([stories], str(tmp_path / "b"), "--seed", "2")
+    a, b = _outputs(str(tmp_path / "a")), _outputs(str(tmp_path / "b"))
+    shard = next(k for k in a if k.startswith("train/"))
+    assert a[shard] != b[shard], "the seed shuffles documents within units"
+
+
+def test_rerun_of_complete_output_does_nothing_and_mismatch_is_refused(stories, tmp_path):
+    out = str(tmp_path / "out")
+    run_prepare([stories], out)
+    before = tree_bytes(out)
+    run_prepare([stories], out)
+    assert tree_bytes(out) == before
+    with pytest.raises(PrepareError, match=r"different config \(record_tokens\).*--overwrite"):
+        run_prepare([stories], out, "--record-tokens", "1024")
+    run_prepare([stories], out, "--record-tokens", "1024", "--overwrite")
+    assert json.loads(open(os.path.join(out, formats.MANIFEST_NAME)).read())["config"]["record_tokens"] == 1024
+
+
+def test_changed_input_is_refused(tmp_path):
+    corpus = str(tmp_path / "c.txt")
+    write_corpus(corpus, 50, seed=0)
+    out = str(tmp_path / "out")
+    run_prepare([corpus], out)
+    write_corpus(corpus, 51, seed=0)
+    with pytest.raises(PrepareError, match="different inputs"):
+        run_prepare([corpus], out)
+
+
+def test_non_empty_foreign_directory_is_refused(tmp_path, stories):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "precious.txt").write_text("keep me")
+    with pytest.raises(PrepareError, match="not empty"):
+        run_prepare([stories], str(tmp_path / "out"))
+
+
+def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True, **kwargs
+    )
+
+
+def test_expected_failures_are_one_line(tmp_path):
+    result = _cli("prepare", "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("prepare: error: no input matches")
+    assert "Traceback" not in result.stderr
+
+
+def test_verify_names_bad_and_missing_shards(stories, tmp_path):
+    out = str(tmp_path / "out")
+    manifest = run_prepare([stories], out, "--unit-bytes", "65536")
+    assert _cli("verify", out).returncode == 0
+    first, second = manifest.shards[0].path, manifest.shards[1].path
+    with open(os.path.join(out, first), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.remove(os.path.join(out, second))
+    result = _cli("verify", out)
+    assert result.returncode == 1
+    assert f"wrong sha256: {first}" in result.stdout
+    assert f"missing: {second}" in result.stdout
+
+
+def test_inspect_prints_totals_histogram_and_documents(stories, tmp_path):
+    out = str(tmp_path / "out")
+    run_prepare([stories], out)
+    result = _cli("inspect", out, "--documents", "2")
+    assert result.returncode == 0, result.stderr
+    assert "train: 6000 documents" in result.stdout
+    assert result.stdout.count("--- document") == 2
+    assert "named" in result.stdout or "Once" in result.stdout or "There" in result.stdout or "It was" in result.stdout
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
+    corpus = str(tmp_path / "stories.txt")
+    write_corpus(corpus, 40000, seed=3)
+    args = ["--input", corpus, "--unit-bytes", "262144", "--validation-fraction", "0.05"]
+    clean = str(tmp_path / "clean")
+    run_prepare([corpus], clean, *args[2:])
+
+    out = str(tmp_path / "killed")
+    units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "prepare", *args, "--output", out,
+         "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if os.path.isdir(units_dir) and len(os.listdir(units_dir)) >= 3:
+            break
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    done = len([n for n in os.listdir(units_dir) if n.endswith(".json")])
+    total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
+    assert 0 < done < len(total), "the kill must land part-way"
+    assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
+    # Whatever is visible under a shard name is a complete ArrayRecord file.
+    for split in formats.SPLITS:
+        for name in os.listdir(os.path.join(out, split)) if os.path.isdir(os.path.join(out, split)) else []:
+            if not name.startswith("."):
+                ArrayRecordReader(os.path.join(out, split, name)).close()
+
+    run_prepare([corpus], out, *args[2:])
+    info = json.loads(open(os.path.join(out, formats.RUN_INFO_NAME)).read())
+    assert info["units_resumed"] == done
+    assert info["units_run"] == len(total) - done
+    assert _outputs(out) == _outputs(clean)
