@@ -47,17 +47,19 @@ def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
     )
 
 
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """A fixed integer mix (SplitMix64's finalizer): the same bits under any numpy version."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 def shuffled_order(count: int, seed: int, unit_index: int, split: str) -> np.ndarray:
     """A permutation keyed by stable hashes, so it is the same under any numpy version."""
-    prefix = f"{seed}:{unit_index}:{split}:".encode()
-    keys = np.fromiter(
-        (
-            int.from_bytes(hashlib.blake2b(prefix + str(i).encode(), digest_size=8).digest(), "little")
-            for i in range(count)
-        ),
-        dtype=np.uint64,
-        count=count,
-    )
+    key = hashlib.blake2b(f"{seed}:{unit_index}:{split}".encode(), digest_size=8).digest()
+    keys = _splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
     return np.argsort(keys, kind="stable")
 
 

@@ -129,5 +129,9 @@ def read_range(unit: WorkUnit) -> bytes:
 
 
 def separator_regex(separator: str) -> re.Pattern[bytes]:
-    """A whole line holding only the separator (spaces and a CRLF ending allowed)."""
-    return re.compile(rb"^[ \t]*" + re.escape(separator.encode("utf-8")) + rb"[ \t]*\r?(?:\n|\Z)", re.M)
+    """A whole line holding only the separator (spaces and a CRLF ending allowed).
+
+    Matches from the newline before the line up to, not including, the newline after it, so
+    consecutive separator lines all match; apply it to the data wrapped in newlines.
+    """
+    return re.compile(rb"\n[ \t]*" + re.escape(separator.encode("utf-8")) + rb"[ \t]*\r?(?=\n)")

@@ -11,8 +11,7 @@ import hashlib
 import math
 import os
 from collections.abc import Iterator
-
-import datasets
+from typing import TYPE_CHECKING
 
 from pipeline.documents import Document, Tally
 from pipeline.sources.base import SourceError
@@ -20,12 +19,19 @@ from pipeline.sources.parquet import documents_from_values
 from pipeline.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
+if TYPE_CHECKING:
+    import datasets
+
 _SAVED_MARKERS = ("state.json", "dataset_dict.json")
 
 
 @functools.lru_cache(maxsize=4)
-def load(path: str, name: str | None, split: str) -> datasets.Dataset:
-    """Cached, so a worker that runs several units of one dataset loads it once."""
+def load(path: str, name: str | None, split: str) -> "datasets.Dataset":
+    """Cached, so a worker that runs several units of one dataset loads it once.
+
+    `datasets` is imported here: it takes a second, and most runs read no Hugging Face input.
+    """
+    import datasets
     try:
         if os.path.isdir(path) and any(os.path.exists(os.path.join(path, m)) for m in _SAVED_MARKERS):
             loaded = datasets.load_from_disk(path)
@@ -40,7 +46,7 @@ def load(path: str, name: str | None, split: str) -> datasets.Dataset:
     return loaded
 
 
-def _content_hash(dataset: datasets.Dataset) -> tuple[int, str]:
+def _content_hash(dataset: "datasets.Dataset") -> tuple[int, str]:
     """Size and sha256 of the Arrow files behind the dataset; its fingerprint if it has none."""
     files = [f["filename"] for f in dataset.cache_files]
     if not files:

@@ -22,15 +22,14 @@ class TextSource:
         pattern = separator_regex(config.separator)
 
         def boundary_after(buf: bytes, at_eof: bool) -> int | None:
-            match = pattern.search(buf)
-            if match is None or (match.end() == len(buf) and not at_eof):
-                return None
-            return match.end()
+            # `buf` starts at a line start; the cut goes right after the separator's newline.
+            match = pattern.search(b"\n" + buf + (b"\n" if at_eof else b""))
+            return None if match is None else match.end()
 
         return plan_byte_ranges(path, input_index, "text", config, boundary_after)
 
     def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
-        pieces = separator_regex(config.separator).split(read_range(unit))
+        pieces = separator_regex(config.separator).split(b"\n" + read_range(unit) + b"\n")
         # What follows the last separator is a document only if it holds text: a file that
         # ends with a separator line has nothing after it, and that is no skipped document.
         last = pieces.pop()

@@ -1,0 +1,42 @@
+# One command each for the demo and the tests; each makes its own virtual environment.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_DIR ?= out/demo
+DEMO_RUN ?= runs/demo
+DEMO_STORIES ?= 30000
+DEMO_STEPS ?= 600
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: venv
+	$(PY) -m pipeline corpus --output $(DEMO_DIR)/stories.txt --stories $(DEMO_STORIES)
+	$(PY) -m pipeline prepare --input $(DEMO_DIR)/stories.txt --output $(DEMO_DIR)/data \
+		--validation-fraction 0.02
+	$(PY) -m pipeline verify $(DEMO_DIR)/data
+	$(PY) -m train --data $(DEMO_DIR)/data --workdir $(DEMO_RUN) --preset tiny --steps $(DEMO_STEPS)
+	$(PY) -m train sample --workdir $(DEMO_RUN) --prompt "Once upon a time" --max-tokens 120
+
+# The whole suite: fast tests and the end-to-end tests marked `slow` (what CI runs).
+test: venv
+	$(PY) -m pytest -m "slow or not slow"
+
+# The fast tier alone (a few minutes on 2 cores).
+test-fast: venv
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) benchmarks/prepare_throughput.py
+	$(PY) benchmarks/loader_throughput.py
+	$(PY) benchmarks/train_step.py
+
+clean:
+	rm -rf $(VENV) out runs *.egg-info

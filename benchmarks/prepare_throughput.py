@@ -1,0 +1,142 @@
+"""Throughput of `prepare` against the raw tiktoken limit, measured in one run.
+
+Three figures on the same corpus, as tokens/s:
+- raw limit: one process per core, each calling `encode_ordinary` on its share of documents in a
+  loop, text already in memory (no reading, no writing);
+- prepare: `python -m pipeline prepare` end to end as a user runs it (read, tokenize, write,
+  manifest; the whole process, Beam start-up included);
+- nanoGPT-style: a Hugging Face `datasets` map with `num_proc` = cores, then the ids written to
+  a uint16 memmap, as nanoGPT's `prepare.py` does.
+
+Usage: python benchmarks/prepare_throughput.py [--megabytes 400] [--workdir /tmp/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from pipeline.corpus import write_corpus  # noqa: E402
+from pipeline.tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
+
+STORIES_PER_MB = 3400  # measured ratio of the generator's output; only sizes the corpus
+
+
+def make_corpus(path: str, megabytes: int) -> None:
+    if os.path.exists(path) and os.path.getsize(path) >= megabytes * 2**20:
+        return
+    write_corpus(path, int(megabytes * STORIES_PER_MB * 1.05), seed=1234)
+
+
+def read_documents(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    docs = re.split(rf"(?m)^{re.escape(ENDOFTEXT)}\n", text)
+    return [d.strip() for d in docs if d.strip()]
+
+
+_DOCS: list[str] = []
+
+
+def _encode_share(args: tuple[int, int]) -> int:
+    index, count = args
+    encoding = load_encoding("gpt2")
+    return sum(len(encoding.encode_ordinary(d)) + 1 for d in _DOCS[index::count])
+
+
+def raw_limit(docs: list[str], processes: int) -> tuple[int, float]:
+    global _DOCS
+    _DOCS = docs
+    ctx = multiprocessing.get_context("fork")  # children share the documents already in memory
+    with ctx.Pool(processes) as pool:
+        pool.map(_encode_share, [(0, processes * 64)])  # warm the workers: BPE tables loaded
+        start = time.perf_counter()
+        tokens = sum(pool.map(_encode_share, [(i, processes) for i in range(processes)]))
+        return tokens, time.perf_counter() - start
+
+
+def prepare_end_to_end(corpus: str, output: str) -> tuple[int, float]:
+    shutil.rmtree(output, ignore_errors=True)
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", "prepare", "--input", corpus, "--output", output],
+        cwd=REPO, check=True, stderr=subprocess.DEVNULL,
+    )
+    seconds = time.perf_counter() - start
+    with open(os.path.join(output, "manifest.json")) as f:
+        tokens = sum(t["tokens"] for t in json.load(f)["totals"].values())
+    return tokens, seconds
+
+
+def _nanogpt_process(example: dict) -> dict:
+    encoding = load_encoding("gpt2")
+    ids = encoding.encode_ordinary(example["text"])
+    ids.append(encoding.eot_token)
+    return {"ids": ids, "len": len(ids)}
+
+
+def nanogpt_style(docs: list[str], output: str, processes: int) -> tuple[int, float]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    dataset = datasets.Dataset.from_dict({"text": docs})
+    start = time.perf_counter()
+    tokenized = dataset.map(_nanogpt_process, remove_columns=["text"], num_proc=processes)
+    total = int(np.sum(tokenized["len"], dtype=np.uint64))
+    arr = np.memmap(output, dtype=np.uint16, mode="w+", shape=(total,))
+    index = 0
+    shards = 64
+    for i in range(shards):
+        batch = tokenized.shard(num_shards=shards, index=i, contiguous=True).with_format("numpy")
+        ids = np.concatenate(batch["ids"])
+        arr[index : index + len(ids)] = ids
+        index += len(ids)
+    arr.flush()
+    return total, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=400)
+    parser.add_argument("--workdir", default="/tmp/prepare_bench")
+    parser.add_argument("--skip-nanogpt", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    corpus = os.path.join(args.workdir, "stories.txt")
+    make_corpus(corpus, args.megabytes)
+    cores = os.cpu_count() or 1
+    docs = read_documents(corpus)
+    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents, {cores} cores")
+
+    rows = []
+    raw_tokens, raw_seconds = raw_limit(docs, cores)
+    rows.append(("raw tiktoken limit (encode_ordinary, 1 proc/core)", raw_tokens, raw_seconds))
+    tokens, seconds = prepare_end_to_end(corpus, os.path.join(args.workdir, "prepared"))
+    if tokens != raw_tokens:
+        raise SystemExit(f"token counts differ: prepare {tokens}, raw {raw_tokens}")
+    rows.append(("prepare end to end (python -m pipeline prepare)", tokens, seconds))
+    if not args.skip_nanogpt:
+        tokens, seconds = nanogpt_style(docs, os.path.join(args.workdir, "nanogpt.bin"), cores)
+        rows.append(("nanoGPT-style datasets.map + memmap", tokens, seconds))
+
+    raw_rate = raw_tokens / raw_seconds
+    print(f"{'method':52} {'tokens':>12} {'seconds':>8} {'tokens/s':>10} {'vs raw':>7}")
+    for name, tokens, seconds in rows:
+        rate = tokens / seconds
+        print(f"{name:52} {tokens:>12} {seconds:>8.2f} {rate / 1e6:>9.2f}M {rate / raw_rate:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
