@@ -99,7 +99,7 @@ def nanogpt_style(docs: list[str], output: str, processes: int) -> tuple[int, fl
     index = 0
     shards = 64
     for i in range(shards):
-        batch = tokenized.shard(num_shards=shards, index=i, contiguous=True).with_format("numpy")
+        batch = tokenized.shard(num_shards=shards, index=i, contiguous=True).with_format("numpy")[:]
         ids = np.concatenate(batch["ids"])
         arr[index : index + len(ids)] = ids
         index += len(ids)

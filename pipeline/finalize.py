@@ -9,7 +9,7 @@ import platform
 
 from pipeline import storage
 from pipeline.planning import Plan
-from pipeline.units import UnitResult, unit_record_name
+from pipeline.units import UnitResult
 from schemas import formats
 from schemas.manifest import Manifest, split_totals
 
@@ -83,6 +83,3 @@ def write_outputs(output_dir: str, plan: Plan, run_info: dict) -> Manifest:
     storage.delete_tree(state)
     return manifest
 
-
-def unit_record_path(output_dir: str, index: int) -> str:
-    return storage.join(output_dir, formats.STATE_DIR, formats.UNITS_DIR, unit_record_name(index))

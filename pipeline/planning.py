@@ -70,7 +70,8 @@ def make_plan(input_patterns: list[str], config: PrepareConfig) -> Plan:
             bad.append(Reject(BAD_FILE, path, "", str(e)))
             continue
         inputs.append(info)
-        units.extend(dataclasses.replace(u, index=len(units) + i) for i, u in enumerate(file_units))
+        first = len(units)
+        units += [dataclasses.replace(u, index=first + i) for i, u in enumerate(file_units)]
     return Plan(
         config=config,
         tokenizer=tokenizer,

@@ -81,6 +81,40 @@ def encode_document(encoding: tiktoken.Encoding, text: str) -> np.ndarray:
         return encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
 
 
+def encode_documents(encoding: tiktoken.Encoding, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Documents each followed by the end-of-text id, concatenated, and their lengths (with it).
+
+    Equal to `encode_ordinary(doc) + [eot]` for every document, but runs of documents are joined
+    by the end-of-text text and encoded in one call with it allowed: tiktoken encodes the text
+    between allowed special tokens independently, so the result is the same, without a Python
+    round trip per document. A document that holds the special text itself (which must stay
+    text) is encoded on its own.
+    """
+    eot = eot_id(encoding)
+    parts: list[np.ndarray] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            joined = ENDOFTEXT.join(run) + ENDOFTEXT
+            try:
+                parts.append(encoding.encode_to_numpy(joined, allowed_special={ENDOFTEXT}, disallowed_special=()))
+            except UnicodeEncodeError:
+                parts.extend(np.append(encode_document(encoding, t), np.uint32(eot)) for t in run)
+            run.clear()
+
+    for text in texts:
+        if ENDOFTEXT in text:
+            flush()
+            parts.append(np.append(encode_document(encoding, text), np.uint32(eot)))
+        else:
+            run.append(text)
+    flush()
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    ends = np.flatnonzero(flat == eot)
+    return flat, np.diff(ends, prepend=-1)
+
+
 def vocab_sha256(encoding: tiktoken.Encoding) -> str:
     """A hash of ranks, specials and split pattern: equal exactly when the tokenization is equal."""
     h = hashlib.sha256()

@@ -16,7 +16,7 @@ from pipeline import storage
 from pipeline.documents import BAD_FILE, Reject, Tally
 from pipeline.shard_writer import write_shard
 from pipeline.sources import SOURCES, SourceError
-from pipeline.tokenizer import encode_document, eot_id, load_encoding
+from pipeline.tokenizer import encode_documents, load_encoding
 from pipeline.units import UnitResult, WorkUnit, unit_record_name
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
@@ -82,23 +82,10 @@ def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
     return bounds
 
 
-def pack(documents: list[np.ndarray], eot: int, dtype: np.dtype) -> tuple[np.ndarray, list[int]]:
-    """Documents concatenated, each followed by the end-of-text id, and their lengths."""
-    lengths = [len(d) + 1 for d in documents]
-    flat = np.empty(sum(lengths), dtype=dtype)
-    position = 0
-    for document, length in zip(documents, lengths):
-        flat[position : position + length - 1] = document
-        flat[position + length - 1] = eot
-        position += length
-    return flat, lengths
-
-
 def process_unit(
     unit: WorkUnit, config: PrepareConfig, *, dtype_name: str, num_units: int, output_dir: str
 ) -> UnitResult:
     encoding = load_encoding(config.tokenizer)
-    eot = eot_id(encoding)
     dtype = numpy_dtype(dtype_name)
     tally = Tally()
     try:
@@ -119,9 +106,9 @@ def process_unit(
         if len(indices) == 0:
             continue
         order = indices[shuffled_order(len(indices), config.seed, unit.index, split)]
-        tokens = [encode_document(encoding, texts[i]) for i in order]
-        flat, lengths = pack(tokens, eot, dtype)
-        bounds = record_bounds(lengths, config.record_tokens)
+        tokens, lengths = encode_documents(encoding, [texts[i] for i in order])
+        flat = tokens.astype(dtype)  # the dtype was chosen to hold every id of the vocabulary
+        bounds = record_bounds(lengths.tolist(), config.record_tokens)
         relative = formats.shard_path(split, unit.index, num_units)
         written = write_shard(
             storage.join(output_dir, relative),

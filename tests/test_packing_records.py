@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.unit_worker import pack, record_bounds, shuffled_order, validation_mask
+from pipeline.unit_worker import record_bounds, shuffled_order, validation_mask
 
 
 @pytest.mark.parametrize("record_tokens", [16, 50, 1000])
@@ -29,13 +29,6 @@ def test_record_bounds_fill_records_greedily():
     assert record_bounds([7], 3) == [0, 3, 6, 7]
     assert record_bounds([2, 7, 1], 3) == [0, 2, 5, 8, 10]
     assert record_bounds([], 8) == [0]
-
-
-def test_pack_appends_eot_after_every_document():
-    docs = [np.array([1, 2], np.uint32), np.array([], np.uint32), np.array([3], np.uint32)]
-    flat, lengths = pack(docs, 99, np.dtype("<u2"))
-    assert flat.tolist() == [1, 2, 99, 99, 3, 99]
-    assert lengths == [3, 1, 2]
 
 
 def test_shuffled_order_is_a_seeded_permutation():

@@ -88,3 +88,13 @@ def test_validation_split_is_stable_and_complete(tmp_path, encoding):
     path2 = write_jsonl(str(tmp_path / "r.jsonl"), DOCS[::-1])
     run_prepare([path2], str(tmp_path / "out2"), "--validation-fraction", "0.2")
     assert collections.Counter(decoded_documents(str(tmp_path / "out2"), encoding, "validation")) == collections.Counter(validation)
+
+
+def test_units_are_numbered_consecutively_across_inputs(tmp_path):
+    a = write_text(str(tmp_path / "a.txt"), DOCS)
+    b = write_jsonl(str(tmp_path / "b.jsonl"), DOCS)
+    manifest = run_prepare([a, b], str(tmp_path / "out"), "--unit-bytes", "4096")
+    units = sorted({s.unit for s in manifest.shards})
+    assert units == list(range(manifest.num_units))
+    for shard in manifest.shards:
+        assert shard.path == f"train/data.array_record-{shard.unit:05d}-of-{manifest.num_units:05d}"

@@ -161,3 +161,16 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
     assert info["units_resumed"] == done
     assert info["units_run"] == len(total) - done
     assert _outputs(out) == _outputs(clean)
+
+
+def test_runner_options_local_and_remote():
+    from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
+
+    from pipeline.prepare import default_runner_options
+
+    local = default_runner_options([])
+    assert local.view_as(DirectOptions).direct_num_workers == os.cpu_count()
+    assert local.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    assert default_runner_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
+    remote = default_runner_options(["--runner=DataflowRunner", "--project=p", "--temp_location=gs://b/t"])
+    assert remote.view_as(SetupOptions).setup_file == os.path.join(REPO, "setup.py")

@@ -60,3 +60,14 @@ def test_other_names_go_through_tiktoken(monkeypatch):
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: asked.append(name) or "loaded")
     assert tokenizer.load_encoding.__wrapped__("cl100k_base") == "loaded"
     assert asked == ["cl100k_base"]
+
+
+def test_batched_encoding_equals_one_call_per_document(encoding):
+    docs = ["plain", " leading space", "trailing newline\n", "holds <|endoftext|> as text", "", "🙂 end",
+            "lone \ud800 surrogate", "last"]
+    flat, lengths = tokenizer.encode_documents(encoding, docs)
+    expected = [t for d in docs for t in encoding.encode_ordinary(d) + [encoding.eot_token]]
+    assert flat.tolist() == expected
+    assert lengths.tolist() == [len(encoding.encode_ordinary(d)) + 1 for d in docs]
+    empty, no_lengths = tokenizer.encode_documents(encoding, [])
+    assert empty.size == 0 and no_lengths.size == 0
