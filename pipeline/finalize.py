@@ -5,11 +5,12 @@ from __future__ import annotations
 import collections
 import importlib.metadata
 import json
+import os
 import platform
 
 from pipeline import storage
 from pipeline.planning import Plan
-from pipeline.units import UnitResult
+from pipeline.units import UnitResult, unit_record_name
 from schemas import formats
 from schemas.manifest import Manifest, split_totals
 
@@ -26,13 +27,19 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def finished_units(output_dir: str) -> dict[int, UnitResult]:
-    """Unit records present now; a unit whose record is missing has not finished."""
+def finished_units(output_dir: str, known: dict[int, UnitResult] | None = None) -> dict[int, UnitResult]:
+    """Unit records present now; a unit whose record is missing has not finished.
+
+    Records already in `known` are not read again, so polling a large run lists the directory
+    but reads each record once.
+    """
     units_dir = storage.join(output_dir, formats.STATE_DIR, formats.UNITS_DIR)
-    results = {}
+    results = dict(known or {})
+    seen = {unit_record_name(i) for i in results}
     for path in storage.list_files(units_dir, ".json"):
-        result = UnitResult.from_json(storage.read_text(path))
-        results[result.unit] = result
+        if os.path.basename(path) not in seen:
+            result = UnitResult.from_json(storage.read_text(path))
+            results[result.unit] = result
     return results
 
 

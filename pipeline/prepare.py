@@ -185,15 +185,21 @@ def run(argv: list[str] | None = None) -> Manifest:
         file=sys.stderr,
     )
 
+    seen: dict[int, UnitResult] = {}
+
     def poll() -> tuple[int, int]:
-        results = finished_units(output_dir)
-        return len(results), sum(r.tokens for r in results.values())
+        seen.update(finished_units(output_dir, seen))
+        return len(seen), sum(r.tokens for r in seen.values())
 
     options = default_runner_options(pipeline_args)
     tokenize_started = time.time()
     if pending:
         with PollingProgress(
-            poll, len(plan.units), already_done=len(done), already_tokens=sum(r.tokens for r in done.values())
+            poll,
+            len(plan.units),
+            already_done=len(done),
+            already_tokens=sum(r.tokens for r in done.values()),
+            interval=1.0 if storage.is_local(output_dir) else 10.0,
         ):
             try:
                 run_units(plan, pending, output_dir, options)
