@@ -34,6 +34,11 @@ from pipeline.tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
 STORIES_PER_MB = 3400  # measured ratio of the generator's output; only sizes the corpus
 
 
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+
+
 def make_corpus(path: str, megabytes: int) -> None:
     if os.path.exists(path) and os.path.getsize(path) >= megabytes * 2**20:
         return
@@ -118,7 +123,7 @@ def main() -> None:
     make_corpus(corpus, args.megabytes)
     cores = os.cpu_count() or 1
     docs = read_documents(corpus)
-    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents, {cores} cores")
+    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, {cores} cores")
 
     rows = []
     raw_tokens, raw_seconds = raw_limit(docs, cores)
