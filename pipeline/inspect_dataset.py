@@ -6,33 +6,16 @@ import argparse
 import sys
 
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordReader
 
-from pipeline import storage
-from pipeline.manifest_io import read_manifest
+from pipeline.manifest_io import read_manifest, read_records
 from pipeline.tokenizer import load_encoding
-from schemas.manifest import Manifest, ManifestError
-from schemas.records import decode_record
+from schemas.manifest import ManifestError
 
 
 def document_lengths(tokens: np.ndarray, eot: int) -> np.ndarray:
     """Lengths (with their end-of-text token) of the complete documents in a token run."""
     ends = np.flatnonzero(tokens == eot)
     return np.diff(np.concatenate(([-1], ends)))
-
-
-def read_tokens(data_dir: str, manifest: Manifest, split: str, max_records: int) -> np.ndarray:
-    """The split's first records, in shard order, concatenated."""
-    parts, remaining = [], max_records
-    for shard in manifest.shards_of(split):
-        reader = ArrayRecordReader(storage.join(data_dir, shard.path))
-        count = min(remaining, reader.num_records())
-        parts += [decode_record(r, manifest.dtype) for r in reader.read(list(range(count)))]
-        reader.close()
-        remaining -= count
-        if remaining == 0:
-            break
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
 def histogram(lengths: np.ndarray, bins: int = 10, width: int = 40) -> list[str]:
@@ -67,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.split not in manifest.totals:
         print(f"inspect: error: no split {args.split!r} (splits: {sorted(manifest.totals)})", file=sys.stderr)
         return 2
-    tokens = read_tokens(args.data_dir, manifest, args.split, args.max_records)
+    records = read_records(args.data_dir, manifest, args.split, args.max_records)
+    tokens = np.concatenate(records) if records else np.zeros(0, dtype=np.uint32)
     eot = manifest.tokenizer.eot_id
     lengths = document_lengths(tokens, eot)
     print(f"document lengths in tokens ({len(lengths)} documents from the first {args.max_records} records):")

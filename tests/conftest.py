@@ -13,12 +13,9 @@ import pytest
 # Tests import the project from the checkout, installed or not.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from array_record.python.array_record_module import ArrayRecordReader  # noqa: E402
-
 from pipeline import prepare  # noqa: E402
-from schemas import formats  # noqa: E402
+from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
-from schemas.records import decode_record  # noqa: E402
 
 # One worker in-process: fast to start. Determinism tests compare it with multi-process runs.
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
@@ -33,13 +30,7 @@ def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
 
 def read_split(output: str, split: str = "train") -> list[np.ndarray]:
     """Every record of a split, in manifest order."""
-    manifest = Manifest.from_json(open(os.path.join(output, formats.MANIFEST_NAME)).read())
-    records = []
-    for shard in manifest.shards_of(split):
-        reader = ArrayRecordReader(os.path.join(output, shard.path))
-        records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(reader.num_records())))]
-        reader.close()
-    return records
+    return read_records(output, read_manifest(output), split)
 
 
 def decoded_documents(output: str, encoding, split: str = "train") -> list[str]:

@@ -83,14 +83,7 @@ def write_prepared(
 
 def read_records(output: str, split: str = "train") -> list[np.ndarray]:
     """Every record of a split in manifest order: the record indices the loader shuffles."""
-    from array_record.python.array_record_module import ArrayRecordReader
+    from pipeline.manifest_io import read_manifest
+    from pipeline.manifest_io import read_records as read
 
-    from schemas.records import decode_record
-
-    manifest = Manifest.from_json(open(os.path.join(output, formats.MANIFEST_NAME)).read())
-    records = []
-    for shard in manifest.shards_of(split):
-        reader = ArrayRecordReader(os.path.join(output, shard.path))
-        records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(reader.num_records())))]
-        reader.close()
-    return records
+    return read(output, read_manifest(output), split)
