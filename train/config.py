@@ -1,0 +1,86 @@
+"""The trainer's one typed config: saved into the workdir, checked again on resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from model.config import GPTConfig
+
+CONFIG_NAME = "config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    data_dir: str
+    workdir: str
+    model: GPTConfig
+    preset: str = "tiny"
+    steps: int = 1000
+    batch_size: int = 32
+    seq_len: int = 256
+    seed: int = 0
+    packing: str = "concat"
+    mesh: tuple[tuple[str, int], ...] = ()
+    learning_rate: float = 1e-3
+    min_learning_rate: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    beta2: float = 0.95
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 3
+    eval_every: int = 200
+    eval_batches: int = 8
+    log_every: int = 1
+    loader_workers: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "checkpoint_every", "keep_checkpoints", "eval_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.seq_len > self.model.max_seq_len:
+            raise ValueError(
+                f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
+                "lower --seq-len or choose a larger preset"
+            )
+        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps must be in [0, steps] (got {self.warmup_steps=}, {self.steps=})")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        data = json.loads(text)
+        data["model"] = GPTConfig(**data["model"])
+        data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
+        return cls(**data)
+
+
+# Changing these on resume would change what an uninterrupted run computes.
+_MUST_MATCH = ("data_dir", "model", "batch_size", "seq_len", "seed", "packing", "learning_rate",
+               "min_learning_rate", "warmup_steps", "weight_decay", "grad_clip", "beta2")
+
+
+def save_or_check(config: TrainConfig) -> None:
+    """Writes the config on a fresh workdir; on resume, refuses changes that break exactness.
+
+    `steps` may grow (continue training); logging, checkpoint and eval cadence may change.
+    """
+    path = os.path.join(config.workdir, CONFIG_NAME)
+    if os.path.exists(path):
+        with open(path) as f:
+            old = TrainConfig.from_json(f.read())
+        changed = [k for k in _MUST_MATCH if getattr(old, k) != getattr(config, k)]
+        if changed:
+            raise ValueError(
+                f"{config.workdir} holds a run with different {', '.join(changed)}; "
+                "use the same settings to resume, or another --workdir"
+            )
+    os.makedirs(config.workdir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(config.to_json())
+    os.replace(tmp, path)

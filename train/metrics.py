@@ -1,0 +1,68 @@
+"""Metrics as JSON lines in the workdir, and the loss curve drawn from them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+METRICS_NAME = "metrics.jsonl"
+PLOT_NAME = "loss.png"
+
+# Peak dense bf16 FLOP/s per device, for MFU; unknown devices (CPUs) report no MFU.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12, "TPU v5 lite": 197e12}
+
+
+def peak_flops(device_kind: str) -> float | None:
+    return next((flops for name, flops in PEAK_FLOPS.items() if name in device_kind), None)
+
+
+class MetricsLog:
+    """Appends one JSON object per logged step. On resume, rows past the restored step (written
+    after the last checkpoint by the run that stopped) are dropped, so every step appears once."""
+
+    def __init__(self, workdir: str, resume_step: int):
+        self.path = os.path.join(workdir, METRICS_NAME)
+        rows = read_rows(self.path)
+        kept = [r for r in rows if r["step"] <= resume_step]
+        if len(kept) != len(rows):
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+        self._file = open(self.path, "a")
+
+    def write(self, row: dict) -> None:
+        self._file.write(json.dumps(row, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_rows(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_losses(workdir: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_rows(os.path.join(workdir, METRICS_NAME))
+    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross entropy (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = os.path.join(workdir, PLOT_NAME)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

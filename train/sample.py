@@ -1,0 +1,80 @@
+"""Sampling a continuation from the latest checkpoint of a run."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from model.gpt import GPT
+from pipeline.loader import open_prepared
+from pipeline.tokenizer import load_encoding
+from train.checkpointing import Checkpointer
+from train.config import CONFIG_NAME, TrainConfig
+from train.mesh import make_mesh
+from train.trainer import build
+
+
+@nnx.jit
+def _next_logits(model: GPT, window: jax.Array, position: jax.Array) -> jax.Array:
+    # A fixed-size window: one compilation for the whole generation.
+    return model(window)[0, position]
+
+
+def generate(
+    model: GPT, prompt: list[int], *, max_tokens: int, key: jax.Array, temperature: float, top_k: int | None,
+    vocab_size: int, stop_token: int | None,
+) -> list[int]:
+    """Ids after `prompt`, sampled one at a time; stops early at `stop_token`."""
+    if not prompt:
+        raise ValueError("the prompt must hold at least one token")
+    size = model.config.max_seq_len
+    tokens = list(prompt)
+    for i in range(max_tokens):
+        context = tokens[-size:]
+        window = np.zeros((1, size), np.int32)
+        window[0, : len(context)] = context
+        logits = _next_logits(model, jnp.asarray(window), jnp.int32(len(context) - 1))[:vocab_size]
+        if temperature <= 0:
+            token = int(jnp.argmax(logits))
+        else:
+            logits = logits / temperature
+            if top_k:
+                threshold = jnp.sort(logits)[-min(top_k, vocab_size)]
+                logits = jnp.where(logits < threshold, -jnp.inf, logits)
+            token = int(jax.random.categorical(jax.random.fold_in(key, i), logits))
+        if token == stop_token:
+            break
+        tokens.append(token)
+    return tokens[len(prompt) :]
+
+
+def sample(
+    workdir: str, prompt: str, *, max_tokens: int = 100, seed: int = 0, top_k: int | None = 40,
+    temperature: float = 0.8,
+) -> str:
+    path = os.path.join(workdir, CONFIG_NAME)
+    if not os.path.exists(path):
+        raise ValueError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
+    with open(path) as f:
+        config = TrainConfig.from_json(f.read())
+    checkpointer = Checkpointer(workdir, every=1, keep=config.keep_checkpoints)
+    step = checkpointer.latest_step()
+    if step is None:
+        raise ValueError(f"{workdir} has no checkpoint yet")
+    mesh = make_mesh(())
+    model, optimizer = build(config, mesh)
+    with jax.set_mesh(mesh):
+        checkpointer.restore(step, model, optimizer, None)
+        manifest = open_prepared(config.data_dir)
+        encoding = load_encoding(manifest.config.tokenizer)
+        ids = generate(
+            model, encoding.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
+            temperature=temperature, top_k=top_k, vocab_size=manifest.tokenizer.n_vocab,
+            stop_token=manifest.tokenizer.eot_id,
+        )
+    checkpointer.close()
+    return prompt + encoding.decode(ids)
