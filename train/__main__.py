@@ -32,6 +32,8 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=None)
     p.add_argument("--learning-rate", type=float, default=None)
     p.add_argument("--warmup-steps", type=int, default=None)
+    p.add_argument("--decay-steps", type=int, default=None,
+                   help="the schedule's horizon (default: --steps); keep it when resuming with other --steps")
     p.add_argument("--checkpoint-every", type=int, default=200)
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--eval-every", type=int, default=200)
@@ -80,7 +82,8 @@ def _config(args: argparse.Namespace):
         "packing": args.packing,
         "mesh": parse_mesh(args.mesh),
         "learning_rate": args.learning_rate,
-        "warmup_steps": min(args.warmup_steps if args.warmup_steps is not None else base.warmup_steps, args.steps),
+        "warmup_steps": args.warmup_steps if args.warmup_steps is not None else min(base.warmup_steps, args.steps // 10),
+        "decay_steps": args.decay_steps,
         "checkpoint_every": args.checkpoint_every,
         "keep_checkpoints": args.keep_checkpoints,
         "eval_every": args.eval_every,
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
         print(f"train: error: {e}", file=sys.stderr)
         return 1
+    print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if "plot" in result:
         print(f"final loss {result.get('loss', float('nan')):.4f}"
               + (f", eval loss {result['eval_loss']:.4f}" if "eval_loss" in result else ""))

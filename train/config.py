@@ -26,6 +26,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     min_learning_rate: float = 1e-4
     warmup_steps: int = 100
+    decay_steps: int | None = None
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     beta2: float = 0.95
@@ -45,8 +46,17 @@ class TrainConfig:
                 f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
                 "lower --seq-len or choose a larger preset"
             )
-        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps must be in [0, steps] (got {self.warmup_steps=}, {self.steps=})")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be non-negative (got {self.warmup_steps=})")
+        if self.decay_horizon <= self.warmup_steps:
+            raise ValueError(
+                f"the decay horizon must exceed warmup_steps (got {self.decay_horizon=}, {self.warmup_steps=})"
+            )
+
+    @property
+    def decay_horizon(self) -> int:
+        """The step where the cosine decay ends: `decay_steps`, or `steps` when not given."""
+        return self.steps if self.decay_steps is None else self.decay_steps
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
@@ -61,13 +71,14 @@ class TrainConfig:
 
 # Changing these on resume would change what an uninterrupted run computes.
 _MUST_MATCH = ("data_dir", "model", "batch_size", "seq_len", "seed", "packing", "learning_rate",
-               "min_learning_rate", "warmup_steps", "weight_decay", "grad_clip", "beta2")
+               "min_learning_rate", "warmup_steps", "decay_horizon", "weight_decay", "grad_clip", "beta2")
 
 
 def save_or_check(config: TrainConfig) -> None:
     """Writes the config on a fresh workdir; on resume, refuses changes that break exactness.
 
-    `steps` may grow (continue training); logging, checkpoint and eval cadence may change.
+    `steps` may change (stop earlier, or continue within the schedule's `decay_steps`); logging,
+    checkpoint and eval cadence may change too.
     """
     path = os.path.join(config.workdir, CONFIG_NAME)
     if os.path.exists(path):

@@ -12,12 +12,12 @@ from train.config import TrainConfig
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
-    """Linear warmup to the peak, then cosine decay to the minimum at the last step."""
+    """Linear warmup to the peak, then cosine decay to the minimum at the horizon (then flat)."""
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0,
         peak_value=config.learning_rate,
         warmup_steps=config.warmup_steps,
-        decay_steps=max(config.steps, config.warmup_steps + 1),
+        decay_steps=config.decay_horizon,
         end_value=config.min_learning_rate,
     )
 

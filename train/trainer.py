@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 
+import grain
 import jax
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
 from model.gpt import GPT
-from pipeline.loader import LoaderConfig, make_iterator, open_prepared
+from pipeline.loader import LoaderConfig, make_dataset, make_iterator, open_prepared
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, save_or_check
 from train.mesh import global_batch, make_mesh
@@ -38,11 +40,20 @@ def _loader(config: TrainConfig, split: str, *, workers: int) -> LoaderConfig:
     )
 
 
-def evaluate(model: GPT, config: TrainConfig, mesh: jax.sharding.Mesh) -> float:
-    """Mean loss over the first `eval_batches` validation batches: the same batches every time."""
-    iterator = make_iterator(_loader(config, "validation", workers=0))
-    losses = [float(eval_step(model, global_batch(next(iterator), mesh))) for _ in range(config.eval_batches)]
-    return float(np.mean(losses))
+def evaluate(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> float:
+    """Mean loss over the first `batches` validation batches: the same batches every time."""
+    iterator = iter(data)
+    return float(np.mean([float(eval_step(model, global_batch(next(iterator), mesh))) for _ in range(batches)]))
+
+
+def params_digest(model: GPT) -> str:
+    """SHA-256 of every parameter, gathered whole: equal on all processes of a consistent run."""
+    from jax.experimental import multihost_utils
+
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)):
+        h.update(np.asarray(multihost_utils.process_allgather(leaf, tiled=True)).tobytes())
+    return h.hexdigest()
 
 
 def train(config: TrainConfig) -> dict:
@@ -63,7 +74,10 @@ def train(config: TrainConfig) -> dict:
     start = checkpointer.latest_step() or 0
     if start:
         checkpointer.restore(start, model, optimizer, iterator)
-    has_validation = "validation" in manifest.totals
+    # Built up front, so a validation split that cannot work fails now, not at the first eval.
+    eval_data = (
+        make_dataset(_loader(config, "validation", workers=0)) if "validation" in manifest.totals else None
+    )
     log = MetricsLog(config.workdir, start) if primary else None
     schedule = learning_rate_schedule(config)
     key = jax.random.key(config.seed)
@@ -95,8 +109,8 @@ def train(config: TrainConfig) -> dict:
                 if log:
                     log.write(last)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            if has_validation and (step % config.eval_every == 0 or step == config.steps):
-                eval_loss = evaluate(model, config, mesh)
+            if eval_data is not None and (step % config.eval_every == 0 or step == config.steps):
+                eval_loss = evaluate(model, eval_data, config.eval_batches, mesh)
                 last["eval_loss"] = eval_loss
                 if log:
                     log.write({"step": step, "eval_loss": eval_loss})
@@ -105,7 +119,8 @@ def train(config: TrainConfig) -> dict:
             bar.update(1)
     checkpointer.close()
     iterator.close()
-    result = dict(last, checkpoint_dir=checkpointer.directory)
+    result = dict(last, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
+                  process_index=jax.process_index())
     if log:
         log.close()
         result["plot"] = plot_losses(config.workdir)
