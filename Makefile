@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DEMO_DIR ?= out/demo
 DEMO_RUN ?= runs/demo
 DEMO_STORIES ?= 30000
-DEMO_STEPS ?= 600
+DEMO_STEPS ?= 150
 
 .PHONY: venv demo test test-fast bench clean
 
@@ -22,7 +22,8 @@ demo: venv
 	$(PY) -m pipeline prepare --input $(DEMO_DIR)/stories.txt --output $(DEMO_DIR)/data \
 		--validation-fraction 0.02
 	$(PY) -m pipeline verify $(DEMO_DIR)/data
-	$(PY) -m train --data $(DEMO_DIR)/data --workdir $(DEMO_RUN) --preset tiny --steps $(DEMO_STEPS)
+	$(PY) -m train --data $(DEMO_DIR)/data --workdir $(DEMO_RUN) --preset tiny --steps $(DEMO_STEPS) \
+		--batch-size 16 --seq-len 128 --learning-rate 3e-3 --warmup-steps 15 --eval-every 50 --checkpoint-every 50
 	$(PY) -m train sample --workdir $(DEMO_RUN) --prompt "Once upon a time" --max-tokens 120
 
 # The whole suite: fast tests and the end-to-end tests marked `slow` (what CI runs).

@@ -56,7 +56,7 @@ class GPTConfig:
 
 PRESETS: dict[str, GPTConfig] = {
     # Learns the embedded corpus in minutes on two CPU cores.
-    "tiny": GPTConfig(max_seq_len=256, num_layers=4, num_heads=4, width=192, mlp_width=768),
+    "tiny": GPTConfig(max_seq_len=256, num_layers=4, num_heads=4, width=128, mlp_width=512),
     # The JAX AI Stack miniGPT tutorial's sizes.
     "minigpt": GPTConfig(max_seq_len=256, num_layers=4, num_heads=8, width=256, mlp_width=256),
     "gpt2": GPTConfig(),

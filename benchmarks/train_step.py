@@ -1,0 +1,199 @@
+"""Steady-state train step of our trainer against the JAX AI Stack miniGPT tutorial's, in one run.
+
+The reference is a faithful reimplementation of the training step from the tutorial "Train a
+miniGPT language model with JAX": post-LayerNorm blocks with `nnx.MultiHeadAttention` and a causal
+mask, ReLU feed-forward, an untied output layer, `optax.adam(1e-3)`, and an `nnx.jit` step with
+`nnx.value_and_grad(has_aux=True)` and an `nnx.MultiMetric` update. Sizes are the tutorial's:
+sequence 256, width 256, 8 heads, feed-forward 256, 4 blocks, the GPT-2 vocabulary. Ours is the
+`minigpt` preset (the same sizes in our GPT-2 architecture) through `train.step.train_step`, with
+AdamW, clipping and the schedule. Both run the same batches, interleaved in rounds, so machine
+noise hits both alike.
+
+    python benchmarks/train_step.py [--batch-size 8] [--rounds 5] [--steps-per-round 5]
+    python benchmarks/train_step.py --mfu [--batch-size 16]   # the gpt2 preset's MFU (GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from model.config import preset  # noqa: E402
+from train.config import TrainConfig  # noqa: E402
+from train.mesh import global_batch, make_mesh  # noqa: E402
+from train.metrics import peak_flops  # noqa: E402
+from train.step import train_step  # noqa: E402
+from train.trainer import build  # noqa: E402
+
+VOCAB = 50257
+MAXLEN, EMBED, HEADS, FFN, BLOCKS = 256, 256, 8, 256, 4
+
+
+class TransformerBlock(nnx.Module):
+    def __init__(self, embed_dim: int, num_heads: int, ff_dim: int, *, rngs: nnx.Rngs, rate: float = 0.1):
+        self.mha = nnx.MultiHeadAttention(num_heads=num_heads, in_features=embed_dim, decode=False, rngs=rngs)
+        self.dropout1 = nnx.Dropout(rate=rate)
+        self.layer_norm1 = nnx.LayerNorm(epsilon=1e-6, num_features=embed_dim, rngs=rngs)
+        self.linear1 = nnx.Linear(in_features=embed_dim, out_features=ff_dim, rngs=rngs)
+        self.linear2 = nnx.Linear(in_features=ff_dim, out_features=embed_dim, rngs=rngs)
+        self.dropout2 = nnx.Dropout(rate=rate)
+        self.layer_norm2 = nnx.LayerNorm(epsilon=1e-6, num_features=embed_dim, rngs=rngs)
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        seq_len = inputs.shape[1]
+        mask = jnp.tril(jnp.ones((seq_len, seq_len)))
+        attention_output = self.mha(inputs_q=inputs, mask=mask, decode=False)
+        attention_output = self.dropout1(attention_output, deterministic=not training)
+        out1 = self.layer_norm1(inputs + attention_output)
+        ffn_output = self.linear2(nnx.relu(self.linear1(out1)))
+        ffn_output = self.dropout2(ffn_output, deterministic=not training)
+        return self.layer_norm2(out1 + ffn_output)
+
+
+class TokenAndPositionEmbedding(nnx.Module):
+    def __init__(self, maxlen: int, vocab_size: int, embed_dim: int, *, rngs: nnx.Rngs):
+        self.token_emb = nnx.Embed(num_embeddings=vocab_size, features=embed_dim, rngs=rngs)
+        self.pos_emb = nnx.Embed(num_embeddings=maxlen, features=embed_dim, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        positions = jnp.arange(0, x.shape[1])[None, :]
+        return self.token_emb(x) + self.pos_emb(positions)
+
+
+class MiniGPT(nnx.Module):
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.embedding_layer = TokenAndPositionEmbedding(MAXLEN, VOCAB, EMBED, rngs=rngs)
+        self.transformer_blocks = nnx.List([TransformerBlock(EMBED, HEADS, FFN, rngs=rngs) for _ in range(BLOCKS)])
+        self.output_layer = nnx.Linear(in_features=EMBED, out_features=VOCAB, rngs=rngs)
+
+    def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
+        x = self.embedding_layer(inputs)
+        for block in self.transformer_blocks:
+            x = block(x, training=training)
+        return self.output_layer(x)
+
+
+def reference_loss_fn(model: MiniGPT, batch: tuple[jax.Array, jax.Array]):
+    logits = model(batch[0])
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits=logits, labels=batch[1]).mean()
+    return loss, logits
+
+
+@nnx.jit
+def reference_train_step(model: MiniGPT, optimizer: nnx.Optimizer, metrics: nnx.MultiMetric, batch):
+    grad_fn = nnx.value_and_grad(reference_loss_fn, has_aux=True)
+    (loss, logits), grads = grad_fn(model, batch)
+    metrics.update(loss=loss, logits=logits, labels=batch[1])
+    optimizer.update(model, grads)
+
+
+def _timed(step, steps: int, results: list[float]) -> None:
+    """Appends the mean seconds per step over `steps` steps, waiting for the last to finish."""
+    start = time.perf_counter()
+    out = None
+    for _ in range(steps):
+        out = step()
+    jax.block_until_ready(out)
+    results.append((time.perf_counter() - start) / steps)
+
+
+def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, VOCAB, (batch_size, MAXLEN + 1)).astype(np.int32)
+    mesh = make_mesh(())
+
+    with jax.set_mesh(mesh):
+        reference = MiniGPT(rngs=nnx.Rngs(0))
+    ref_optimizer = nnx.Optimizer(reference, optax.adam(1e-3), wrt=nnx.Param)
+    ref_metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"))
+    ref_batch = (jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
+
+    config = TrainConfig(data_dir="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size)
+    model, optimizer = build(config, mesh)
+    key = jax.random.key(0)
+
+    def ref_step():
+        reference_train_step(reference, ref_optimizer, ref_metrics, ref_batch)
+        return ref_metrics.compute()["loss"]
+
+    with jax.set_mesh(mesh):
+        ours_batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
+
+        def our_step():
+            return train_step(model, optimizer, ours_batch, key)["loss"]
+
+        for step in (ref_step, our_step):  # compile and warm up
+            jax.block_until_ready(step())
+            jax.block_until_ready(step())
+        ref_times: list[float] = []
+        our_times: list[float] = []
+        for _ in range(rounds):
+            _timed(ref_step, steps_per_round, ref_times)
+            _timed(our_step, steps_per_round, our_times)
+
+    tokens_per_step = batch_size * MAXLEN
+    ref_s, our_s = statistics.median(ref_times), statistics.median(our_times)
+    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, batch {batch_size} x {MAXLEN} tokens, "
+          f"median of {rounds} rounds of {steps_per_round} steps")
+    print(f"{'step':34} {'ms/step':>9} {'tokens/s':>12}")
+    print(f"{'miniGPT tutorial (reference)':34} {ref_s * 1e3:>9.1f} {tokens_per_step / ref_s:>12,.0f}")
+    print(f"{'ours (minigpt preset)':34} {our_s * 1e3:>9.1f} {tokens_per_step / our_s:>12,.0f}")
+    print(f"speed ours / reference: {ref_s / our_s:.2f}")
+
+
+def mfu(batch_size: int, rounds: int, steps_per_round: int) -> None:
+    """MFU of the gpt2 preset in bf16 at sequence 1024, on whatever accelerator is present."""
+    model_config = preset("gpt2", dtype="bfloat16")
+    config = TrainConfig(data_dir="-", workdir="-", model=model_config, seq_len=1024, batch_size=batch_size)
+    mesh = make_mesh(())
+    model, optimizer = build(config, mesh)
+    tokens = np.random.default_rng(0).integers(0, VOCAB, (batch_size, 1025)).astype(np.int32)
+    times: list[float] = []
+    with jax.set_mesh(mesh):
+        batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
+        key = jax.random.key(0)
+
+        def step():
+            return train_step(model, optimizer, batch, key)["loss"]
+
+        jax.block_until_ready(step())
+        for _ in range(rounds):
+            _timed(step, steps_per_round, times)
+    seconds = statistics.median(times)
+    tokens_per_s = batch_size * 1024 / seconds
+    achieved = model_config.flops_per_token(1024) * tokens_per_s
+    peak = peak_flops(jax.devices()[0].device_kind)
+    print(f"gpt2 preset, bf16, batch {batch_size} x 1024 on {jax.device_count()} x {jax.devices()[0].device_kind}: "
+          f"{seconds * 1e3:.1f} ms/step, {tokens_per_s:,.0f} tokens/s, {achieved / 1e12:.1f} TFLOP/s")
+    if peak:
+        print(f"MFU {achieved / (peak * jax.device_count()):.1%} of {peak / 1e12:.0f} TFLOP/s per device")
+    else:
+        print("MFU: no peak FLOP/s known for this device")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps-per-round", type=int, default=5)
+    parser.add_argument("--mfu", action="store_true", help="measure the gpt2 preset's MFU instead")
+    args = parser.parse_args()
+    if args.mfu:
+        mfu(args.batch_size or 16, args.rounds, args.steps_per_round)
+    else:
+        compare(args.batch_size or 8, args.rounds, args.steps_per_round)
+
+
+if __name__ == "__main__":
+    main()
