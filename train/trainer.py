@@ -83,7 +83,7 @@ def train(config: TrainConfig) -> dict:
     key = jax.random.key(config.seed)
     tokens_per_step = config.batch_size * config.seq_len
     peak = peak_flops(jax.devices()[0].device_kind)
-    flops_per_step = config.model.flops_per_token(config.seq_len) * tokens_per_step
+    flops_per_token = config.model.flops_per_token(config.seq_len)
     last = {"step": start}
     clock, clock_step = time.perf_counter(), start
     with jax.set_mesh(mesh), tqdm(
@@ -105,7 +105,7 @@ def train(config: TrainConfig) -> dict:
                     "tokens_per_s": tokens_per_s,
                 }
                 if peak:
-                    last["mfu"] = flops_per_step * tokens_per_s / tokens_per_step / (peak * jax.device_count())
+                    last["mfu"] = flops_per_token * tokens_per_s / (peak * jax.device_count())
                 if log:
                     log.write(last)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
