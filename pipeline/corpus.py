@@ -9,6 +9,7 @@ gives the same bytes on any machine.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -97,6 +98,7 @@ def stories(num_stories: int, seed: int) -> Iterator[str]:
 
 def write_corpus(path: str, num_stories: int, seed: int = 0) -> None:
     """One story per document, each followed by a separator line, as TinyStories ships them."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for text in stories(num_stories, seed):
             f.write(text)
