@@ -1,7 +1,8 @@
 """What a work unit reads: documents, counted skips and rejects, as plain values.
 
-Readers yield `Document`s and `Reject`s and count what they skip, so every input byte is either a
-document, a counted skip, or a recorded reject: nothing disappears silently.
+Readers yield each document's text (a plain `str`: a unit holds tens of thousands of them) and
+record what they skip, so every input byte is either a document, a counted skip, or a recorded
+reject: nothing disappears silently.
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ NON_STRING_TEXT = "non_string_text_field"
 BAD_FILE = "unreadable_file"
 INVALID_UTF8 = "invalid_utf8_documents"
 BLANK_LINES = "blank_jsonl_lines"
-
-
-@dataclasses.dataclass(frozen=True)
-class Document:
-    text: str
 
 
 @dataclasses.dataclass(frozen=True)

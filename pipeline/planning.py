@@ -6,6 +6,7 @@ the output directory: a rerun resumes only the plan it started, and anything els
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -19,6 +20,8 @@ from pipeline.units import WorkUnit
 from schemas import formats
 from schemas.manifest import InputInfo, Manifest, PrepareConfig, TokenizerInfo
 from schemas.records import token_dtype_name
+
+_HASHING_THREADS = 8  # enough to keep local disks and object stores busy
 
 
 class PlanError(RuntimeError):
@@ -59,19 +62,26 @@ class Plan:
 
 
 def make_plan(input_patterns: list[str], config: PrepareConfig) -> Plan:
+    """Inputs are hashed concurrently (reading and hashing release the GIL) and taken in order."""
     tokenizer = tokenizer_info(config.tokenizer)
+    resolved = resolve_inputs(input_patterns, config.format)
     inputs, bad, units = [], [], []
-    for path, fmt in resolve_inputs(input_patterns, config.format):
-        try:
-            info, file_units = SOURCES[fmt].fingerprint_and_plan(path, len(inputs), config)
-        except (SourceError, OSError) as e:
-            if not config.skip_bad_files:
-                raise SourceError(str(e) if isinstance(e, SourceError) else f"{path}: {e}") from None
-            bad.append(Reject(BAD_FILE, path, "", str(e)))
-            continue
-        inputs.append(info)
-        first = len(units)
-        units += [dataclasses.replace(u, index=first + i) for i, u in enumerate(file_units)]
+    with concurrent.futures.ThreadPoolExecutor(min(_HASHING_THREADS, len(resolved) or 1)) as pool:
+        planned = [pool.submit(SOURCES[fmt].fingerprint_and_plan, path, config) for path, fmt in resolved]
+        for (path, _), future in zip(resolved, planned):
+            try:
+                info, file_units = future.result()
+            except (SourceError, OSError) as e:
+                if not config.skip_bad_files:
+                    pool.shutdown(cancel_futures=True)
+                    raise SourceError(str(e) if isinstance(e, SourceError) else f"{path}: {e}") from None
+                bad.append(Reject(BAD_FILE, path, "", str(e)))
+                continue
+            first = len(units)
+            units += [
+                dataclasses.replace(u, index=first + i, input_index=len(inputs)) for i, u in enumerate(file_units)
+            ]
+            inputs.append(info)
     return Plan(
         config=config,
         tokenizer=tokenizer,

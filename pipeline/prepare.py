@@ -109,8 +109,8 @@ def run_units(plan: Plan, units: list[WorkUnit], output_dir: str, options: Pipel
     with beam.Pipeline(options=options) as pipeline:
         (
             pipeline
+            # Create redistributes its elements (a reshuffle), so units spread over all workers.
             | "Units" >> beam.Create(units)
-            | "Distribute" >> beam.Reshuffle()
             | "TokenizeAndWrite"
             >> beam.ParDo(
                 PrepareUnitFn(

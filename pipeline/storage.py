@@ -72,9 +72,21 @@ def _temporary_name(path: str) -> str:
     return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex}")
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _publish(local_file: str, path: str) -> None:
     if is_local(path):
+        # Data on disk before the name, and the name on disk before anyone is told: a power
+        # cut never leaves a published name over missing bytes.
+        _fsync(local_file)
         os.replace(local_file, path)  # the scratch file sits beside `path`: one atomic rename
+        _fsync(os.path.dirname(os.path.abspath(path)))
         return
     temporary = _temporary_name(path)
     with open(local_file, "rb") as src, FileSystems.create(
@@ -110,8 +122,6 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     with atomic_local_file(path) as scratch:
         with open(scratch, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def remove_scratch(directory: str) -> int:

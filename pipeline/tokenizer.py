@@ -110,7 +110,9 @@ def encode_documents(encoding: tiktoken.Encoding, texts: list[str]) -> tuple[np.
         else:
             run.append(text)
     flush()
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    if not parts:
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
     ends = np.flatnonzero(flat == eot)
     return flat, np.diff(ends, prepend=-1)
 

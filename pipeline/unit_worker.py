@@ -89,7 +89,7 @@ def process_unit(
     dtype = numpy_dtype(dtype_name)
     tally = Tally()
     try:
-        texts = [d.text for d in SOURCES[unit.format].read(unit, config, tally)]
+        texts = list(SOURCES[unit.format].read(unit, config, tally))
     except (SourceError, OSError) as e:
         message = str(e) if isinstance(e, SourceError) else f"{unit.path}: {e}"
         if not config.skip_bad_files:
@@ -106,7 +106,7 @@ def process_unit(
         if len(indices) == 0:
             continue
         order = indices[shuffled_order(len(indices), config.seed, unit.index, split)]
-        tokens, lengths = encode_documents(encoding, [texts[i] for i in order])
+        tokens, lengths = encode_documents(encoding, [texts[i] for i in order.tolist()])
         flat = tokens.astype(dtype)  # the dtype was chosen to hold every id of the vocabulary
         bounds = record_bounds(lengths.tolist(), config.record_tokens)
         relative = formats.shard_path(split, unit.index, num_units)

@@ -8,6 +8,9 @@ import os
 import datasets
 import pytest
 
+from pipeline.planning import make_plan
+from schemas.manifest import PrepareConfig
+
 from conftest import decoded_documents, read_split, run_prepare, sample_documents, write_jsonl, write_parquet, write_text
 
 DOCS = sample_documents(300)
@@ -98,3 +101,15 @@ def test_units_are_numbered_consecutively_across_inputs(tmp_path):
     assert units == list(range(manifest.num_units))
     for shard in manifest.shards:
         assert shard.path == f"train/data.array_record-{shard.unit:05d}-of-{manifest.num_units:05d}"
+
+
+def test_plan_numbers_inputs_and_units_in_input_order(tmp_path):
+    first, second = (write_text(str(tmp_path / f"{name}.txt"), DOCS) for name in ("a", "c"))
+    bad = tmp_path / "b.parquet"
+    bad.write_bytes(b"not parquet at all")
+    plan = make_plan([first, str(bad), second], PrepareConfig(unit_bytes=4096, skip_bad_files=True))
+    assert [i.path for i in plan.inputs] == [first, second]
+    assert [r.path for r in plan.bad_inputs] == [str(bad)]
+    assert [u.index for u in plan.units] == list(range(len(plan.units)))
+    assert all(plan.inputs[u.input_index].path == u.path for u in plan.units)
+    assert [u.input_index for u in plan.units] == sorted(u.input_index for u in plan.units)

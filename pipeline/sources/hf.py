@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from pipeline.documents import Document, Tally
+from pipeline.documents import Tally
 from pipeline.sources.base import SourceError
 from pipeline.sources.parquet import documents_from_values
 from pipeline.units import WorkUnit
@@ -63,7 +63,7 @@ def _content_hash(dataset: "datasets.Dataset") -> tuple[int, str]:
 
 class HuggingFaceSource:
     def fingerprint_and_plan(
-        self, path: str, input_index: int, config: PrepareConfig
+        self, path: str, config: PrepareConfig
     ) -> tuple[InputInfo, list[WorkUnit]]:
         dataset = load(path, config.hf_name, config.hf_split)
         if config.text_field not in dataset.column_names:
@@ -76,12 +76,12 @@ class HuggingFaceSource:
         num_units = max(1, math.ceil(dataset.data.nbytes / config.unit_bytes)) if rows else 0
         per_unit = math.ceil(rows / num_units) if rows else 0
         units = [
-            WorkUnit(0, input_index, path, "hf", start, min(start + per_unit, rows), start)
+            WorkUnit(0, 0, path, "hf", start, min(start + per_unit, rows), start)
             for start in range(0, rows, per_unit or 1)
         ]
         return InputInfo(path=path, format="hf", size=size, sha256=sha256), units
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
+    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
         dataset = load(unit.path, config.hf_name, config.hf_split)
         values = dataset.data.slice(unit.start, unit.end - unit.start).column(config.text_field)
         yield from documents_from_values(values.to_pylist(), unit, config.text_field, tally)

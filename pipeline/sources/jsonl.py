@@ -16,7 +16,6 @@ from pipeline.documents import (
     MALFORMED_JSON,
     MISSING_TEXT,
     NON_STRING_TEXT,
-    Document,
     Reject,
     Tally,
     decode_utf8,
@@ -76,17 +75,17 @@ def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 class JsonlSource:
     def fingerprint_and_plan(
-        self, path: str, input_index: int, config: PrepareConfig
+        self, path: str, config: PrepareConfig
     ) -> tuple[InputInfo, list[WorkUnit]]:
         compression = compression_of(path)
         if compression is None:
-            return plan_byte_ranges(path, input_index, "jsonl", config, _after_newline)
+            return plan_byte_ranges(path, "jsonl", config, _after_newline)
         # A compressed stream cannot be entered mid-way: the whole file is one unit.
         size = storage.size(path)
         info = InputInfo(path=path, format="jsonl", size=size, sha256=storage.sha256_of(path))
-        return info, [WorkUnit(0, input_index, path, "jsonl", 0, size, 1)]
+        return info, [WorkUnit(0, 0, path, "jsonl", 0, size, 1)]
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
+    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
         compression = compression_of(unit.path)
         if compression is None:
             lines = read_range(unit).split(b"\n")
@@ -97,9 +96,9 @@ class JsonlSource:
         for number, line in enumerate(lines, start=unit.first_line):
             if number == 1 and line.startswith(BOM):
                 line = line[len(BOM) :]
-            document = _parse_line(line, unit.path, number, config.text_field, tally)
-            if document is not None:
-                yield document
+            text = _parse_line(line, unit.path, number, config.text_field, tally)
+            if text is not None:
+                yield text
 
 
 def _after_newline(buf: bytes, at_eof: bool) -> int | None:
@@ -108,7 +107,7 @@ def _after_newline(buf: bytes, at_eof: bool) -> int | None:
     return None if newline < 0 else newline + 1
 
 
-def _parse_line(line: bytes, path: str, number: int, field: str, tally: Tally) -> Document | None:
+def _parse_line(line: bytes, path: str, number: int, field: str, tally: Tally) -> str | None:
     if not line.strip():
         tally.count(BLANK_LINES)
         return None
@@ -129,4 +128,4 @@ def _parse_line(line: bytes, path: str, number: int, field: str, tally: Tally) -
     if not text.strip():
         tally.skip(EMPTY)
         return None
-    return Document(text)
+    return text

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pyarrow.parquet as pq
 
 from pipeline import storage
-from pipeline.documents import EMPTY, MISSING_TEXT, NON_STRING_TEXT, Document, Reject, Tally
+from pipeline.documents import EMPTY, MISSING_TEXT, NON_STRING_TEXT, Reject, Tally
 from pipeline.sources.base import SourceError
 from pipeline.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
@@ -22,7 +22,7 @@ def _open(path: str) -> pq.ParquetFile:
 
 class ParquetSource:
     def fingerprint_and_plan(
-        self, path: str, input_index: int, config: PrepareConfig
+        self, path: str, config: PrepareConfig
     ) -> tuple[InputInfo, list[WorkUnit]]:
         info = InputInfo(path=path, format="parquet", size=storage.size(path), sha256=storage.sha256_of(path))
         metadata = _open(path).metadata
@@ -32,11 +32,11 @@ class ParquetSource:
             group_bytes += group.total_byte_size
             row += group.num_rows
             if group_bytes >= config.unit_bytes or i == metadata.num_row_groups - 1:
-                units.append(WorkUnit(0, input_index, path, "parquet", start, i + 1, first_row))
+                units.append(WorkUnit(0, 0, path, "parquet", start, i + 1, first_row))
                 start, first_row, group_bytes = i + 1, row, 0
         return info, units
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
+    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
         parquet = _open(unit.path)
         field = config.text_field
         if field not in parquet.schema_arrow.names:
@@ -50,7 +50,7 @@ class ParquetSource:
 
 def documents_from_values(
     values: list[object], unit: WorkUnit, field: str, tally: Tally
-) -> Iterator[Document]:
+) -> Iterator[str]:
     """Column values to documents; shared by the columnar sources (Parquet, Hugging Face)."""
     for row, text in enumerate(values, start=unit.first_line):
         if text is None:
@@ -60,4 +60,4 @@ def documents_from_values(
         elif not text.strip():
             tally.skip(EMPTY)
         else:
-            yield Document(text)
+            yield text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline.documents import EMPTY, Document, Tally, decode_utf8
-from pipeline.sources.base import plan_byte_ranges, read_range, separator_regex
+from pipeline.documents import EMPTY, Tally, decode_utf8
+from pipeline.sources.base import plan_byte_ranges, read_range, separator_regex, split_at_separator_lines
 from pipeline.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
@@ -17,7 +17,7 @@ class TextSource:
     """
 
     def fingerprint_and_plan(
-        self, path: str, input_index: int, config: PrepareConfig
+        self, path: str, config: PrepareConfig
     ) -> tuple[InputInfo, list[WorkUnit]]:
         pattern = separator_regex(config.separator)
 
@@ -26,10 +26,10 @@ class TextSource:
             match = pattern.search(b"\n" + buf + (b"\n" if at_eof else b""))
             return None if match is None else match.end()
 
-        return plan_byte_ranges(path, input_index, "text", config, boundary_after)
+        return plan_byte_ranges(path, "text", config, boundary_after)
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[Document]:
-        pieces = separator_regex(config.separator).split(b"\n" + read_range(unit) + b"\n")
+    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
+        pieces = split_at_separator_lines(read_range(unit), config.separator)
         # What follows the last separator is a document only if it holds text: a file that
         # ends with a separator line has nothing after it, and that is no skipped document.
         last = pieces.pop()
@@ -38,6 +38,6 @@ class TextSource:
         for piece in pieces:
             text = decode_utf8(piece, tally).strip()
             if text:
-                yield Document(text)
+                yield text
             else:
                 tally.skip(EMPTY)
