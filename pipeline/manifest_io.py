@@ -24,8 +24,9 @@ def read_records(data_dir: str, manifest: Manifest, split: str, limit: int | Non
     for shard in manifest.shards_of(split):
         if limit is not None and len(records) >= limit:
             break
-        reader = ArrayRecordReader(storage.join(data_dir, shard.path))
-        count = reader.num_records() if limit is None else min(limit - len(records), reader.num_records())
-        records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(count)))]
-        reader.close()
+        with storage.local_copy(storage.join(data_dir, shard.path)) as path:
+            reader = ArrayRecordReader(path)
+            count = reader.num_records() if limit is None else min(limit - len(records), reader.num_records())
+            records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(count)))]
+            reader.close()
     return records

@@ -10,7 +10,6 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
-import os
 
 from pipeline import storage
 from pipeline.documents import BAD_FILE, Reject
@@ -141,7 +140,7 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
             )
         storage.remove_scratch(output_dir)
         return "resume"
-    if storage.is_local(output_dir) and os.path.isdir(output_dir) and os.listdir(output_dir):
+    if storage.has_entries(output_dir):
         raise PlanError(
             f"{output_dir} is not empty and holds no prepare state; choose an empty --output "
             "or pass --overwrite"

@@ -141,14 +141,45 @@ def remove_scratch(directory: str) -> int:
     return removed
 
 
+def _objects_under(path: str, limit: int | None = None) -> list[str]:
+    """On an object store, a directory is a key prefix: every object below `path`."""
+    result = FileSystems.match([join(path, "**")], limits=[limit])[0]
+    return [m.path for m in result.metadata_list]
+
+
+def has_entries(directory: str) -> bool:
+    if is_local(directory):
+        return os.path.isdir(directory) and bool(os.listdir(directory))
+    return bool(_objects_under(directory, limit=1))
+
+
 def delete_tree(path: str) -> None:
+    """Delete a file or a directory with everything in it; nothing if it does not exist."""
     if is_local(path):
         if os.path.isdir(path):
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
-    elif FileSystems.exists(path):
-        FileSystems.delete([path])
+        return
+    # An object store answers `exists` only for objects, never for a directory's prefix.
+    targets = ([path] if FileSystems.exists(path) else []) + _objects_under(path)
+    if targets:
+        FileSystems.delete(targets)
+
+
+@contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """A local file with the bytes of `path`, for readers (ArrayRecord's) that open only local paths."""
+    if is_local(path):
+        yield path
+        return
+    fd, scratch = tempfile.mkstemp(prefix=".download-")
+    try:
+        with os.fdopen(fd, "wb") as dst, open_raw(path) as src:
+            shutil.copyfileobj(src, dst, _HASH_CHUNK)
+        yield scratch
+    finally:
+        os.remove(scratch)
 
 
 def list_files(directory: str, suffix: str = "") -> list[str]:
