@@ -28,7 +28,7 @@ setup(
         "tqdm>=4.66",
     ],
     extras_require={
-        "gcp": ["apache-beam[gcp]>=2.60"],
+        "gcp": ["apache-beam[gcp]>=2.60", "gcsfs"],  # gcsfs: the loader reads gs:// manifests via etils.epath
         "dev": ["pytest>=8", "pytest-timeout>=2.3"],
     },
 )
