@@ -1,6 +1,6 @@
 """Packaging: `pip install -e .[dev]` for work here; Beam ships this file to remote workers."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="tokshards",
@@ -8,7 +8,7 @@ setup(
     description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader and a "
     "Flax NNX GPT trainer.",
     python_requires=">=3.11",
-    packages=["schemas", "pipeline", "model", "train"],
+    packages=find_packages(include=["schemas", "pipeline", "pipeline.*", "model", "train"]),
     package_data={"pipeline": ["assets/*.tiktoken", "assets/*.LICENSE"], "schemas": ["*.json"]},
     install_requires=[
         "apache-beam>=2.60",

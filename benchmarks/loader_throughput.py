@@ -19,10 +19,9 @@ import time
 
 import numpy as np
 
-from pipeline.loader import LoaderConfig, make_iterator
+from pipeline.load.loader import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
-TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 
 SEQ_LEN = 1024
 GLOBAL_BATCH = 16
@@ -92,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=20_000_000, help="tokens per corpus")
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
     args = parser.parse_args(argv)
-    # The tests' writer of prepared directories (the same record layout and shard writer as
-    # `prepare`), imported here and not at the top: spawned prefetch workers re-import this module,
-    # and the writer pulls in Beam.
-    sys.path.insert(0, TESTS_DIR)
-    from prepared_fixture import read_records, write_prepared
+    # Imported here and not at the top: spawned prefetch workers re-import this module, and the
+    # writer (the same record layout and shard writer as `prepare`) pulls in Beam.
+    from pipeline.manifest_io import read_manifest, read_records
+    from pipeline.prepare.synthetic import write_prepared
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 num_shards=8,
             )
             flat = os.path.join(tmp, f"corpus{c}.bin")
-            np.concatenate(read_records(data_dir)).astype(np.uint16).tofile(flat)
+            np.concatenate(read_records(data_dir, read_manifest(data_dir), "train")).astype(np.uint16).tofile(flat)
             baseline = timed(memmap_windows(flat, seed=c), args.seconds)
             rows.append((name, "memmap random windows", baseline, 1.0))
             for packing in ("concat", "document"):

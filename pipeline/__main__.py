@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "prepare":
-        from pipeline.prepare import PrepareError, run
+        from pipeline.prepare.launcher import PrepareError, run
 
         # Beam's local job service relays every worker's log lines; keep the progress readable.
         logging.getLogger("apache_beam.runners.portability").setLevel(logging.ERROR)
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return inspect_main(rest)
     if command == "batches":
-        from pipeline.batches import main as batches_main
+        from pipeline.load.batches import main as batches_main
 
         return batches_main(rest)
     if command == "corpus":

@@ -39,3 +39,22 @@ def encode_record(tokens: np.ndarray, dtype_name: str) -> bytes:
 
 def decode_record(record: bytes, dtype_name: str) -> np.ndarray:
     return np.frombuffer(record, dtype=numpy_dtype(dtype_name))
+
+
+def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
+    """Offsets cutting the concatenated documents, of these lengths, into records (the rule above)."""
+    bounds = [0]
+    position, used = 0, 0
+    for length in lengths:
+        if used + length > record_tokens and used > 0:
+            bounds.append(position)
+            used = 0
+        while length > record_tokens:
+            position += record_tokens
+            length -= record_tokens
+            bounds.append(position)
+        position += length
+        used += length
+    if position > bounds[-1]:
+        bounds.append(position)
+    return bounds

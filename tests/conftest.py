@@ -13,7 +13,7 @@ import pytest
 # Tests import the project from the checkout, installed or not.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline import prepare  # noqa: E402
+from pipeline.prepare import launcher  # noqa: E402
 from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 
@@ -25,7 +25,7 @@ def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
     argv = [a for path in inputs for a in ("--input", path)] + ["--output", output, *extra]
     if not any(a.startswith("--direct_") for a in extra):
         argv += IN_PROCESS
-    return prepare.run(argv)
+    return launcher.run(argv)
 
 
 def read_split(output: str, split: str = "train") -> list[np.ndarray]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from prepared_fixture import unique_documents, write_prepared
+from pipeline.prepare.synthetic import unique_documents, write_prepared
 
-from pipeline.batches import main
-from pipeline.loader import LoaderConfig, make_dataset
+from pipeline.load.batches import main
+from pipeline.load.loader import LoaderConfig, make_dataset
 
 
 @pytest.fixture(scope="module")

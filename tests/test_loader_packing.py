@@ -6,8 +6,8 @@ import grain
 import numpy as np
 import pytest
 
-from pipeline.host_sharding import host_records, resolve_process
-from pipeline.packing import (
+from pipeline.load.host_sharding import host_records, resolve_process
+from pipeline.load.packing import (
     ConcatPackIterDataset,
     DocumentPackIterDataset,
     document_segments,

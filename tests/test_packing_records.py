@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.unit_worker import record_bounds, shuffled_order, validation_mask
+from pipeline.prepare.worker import shuffled_order, validation_mask
+from schemas.records import record_bounds
 
 
 @pytest.mark.parametrize("record_tokens", [16, 50, 1000])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import decoded_documents, read_split, run_prepare, write_jsonl, write_text
-from pipeline.prepare import PrepareError
+from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 
 

@@ -8,7 +8,7 @@ import os
 import datasets
 import pytest
 
-from pipeline.planning import make_plan
+from pipeline.prepare.planning import make_plan
 from schemas.manifest import PrepareConfig
 
 from conftest import decoded_documents, read_split, run_prepare, sample_documents, write_jsonl, write_parquet, write_text

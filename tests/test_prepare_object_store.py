@@ -14,7 +14,7 @@ import pytest
 from object_store import OBJECTS
 from pipeline import verify
 from pipeline.manifest_io import read_records
-from pipeline.prepare import PrepareError
+from pipeline.prepare.launcher import PrepareError
 
 from conftest import read_split, run_prepare, sample_documents, write_text
 

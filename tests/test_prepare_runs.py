@@ -14,7 +14,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from conftest import run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
-from pipeline.prepare import PrepareError
+from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -166,7 +166,7 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
 def test_runner_options_local_and_remote():
     from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
 
-    from pipeline.prepare import default_runner_options
+    from pipeline.prepare.launcher import default_runner_options
 
     local = default_runner_options([])
     assert local.view_as(DirectOptions).direct_num_workers == os.cpu_count()

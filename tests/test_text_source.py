@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from pipeline.sources.base import separator_regex, split_at_separator_lines
+from pipeline.prepare.sources.base import separator_regex, split_at_separator_lines
 
 SEP = "<|endoftext|>"
 LINES = [

@@ -10,7 +10,7 @@ import numpy as np
 from flax import nnx
 
 from model.gpt import GPT
-from pipeline.loader import open_prepared
+from pipeline.load.loader import open_prepared
 from pipeline.tokenizer import load_encoding
 from train.checkpointing import Checkpointer
 from train.config import CONFIG_NAME, TrainConfig

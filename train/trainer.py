@@ -12,7 +12,7 @@ from flax import nnx
 from tqdm import tqdm
 
 from model.gpt import GPT
-from pipeline.loader import LoaderConfig, make_dataset, make_iterator, open_prepared
+from pipeline.load.loader import LoaderConfig, make_dataset, make_iterator, open_prepared
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, save_or_check
 from train.mesh import global_batch, make_mesh

@@ -25,12 +25,12 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline import storage
-from pipeline.finalize import finished_units, write_outputs
-from pipeline.planning import Plan, make_plan, prepare_output_dir
-from pipeline.progress import PollingProgress, format_count, format_duration
-from pipeline.sources import SourceError
-from pipeline.unit_worker import process_unit
-from pipeline.units import UnitResult, WorkUnit
+from pipeline.prepare.finalize import finished_units, write_outputs
+from pipeline.prepare.planning import Plan, make_plan, prepare_output_dir
+from pipeline.prepare.progress import PollingProgress, format_count, format_duration
+from pipeline.prepare.sources import SourceError
+from pipeline.prepare.worker import process_unit
+from pipeline.prepare.units import UnitResult, WorkUnit
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
 
@@ -99,7 +99,7 @@ def default_runner_options(pipeline_args: list[str]) -> PipelineOptions:
             workers.default_sdk_harness_log_level = "WARNING"  # keep the progress line readable
     else:
         setup = options.view_as(SetupOptions)
-        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "setup.py")
         if setup.setup_file is None and os.path.exists(here):
             setup.setup_file = here
     return options

@@ -21,8 +21,8 @@ import math
 import grain
 from etils import epath
 
-from pipeline.host_sharding import host_records, resolve_process
-from pipeline.packing import ConcatPackIterDataset, DocumentPackIterDataset, JoinRecords
+from pipeline.load.host_sharding import host_records, resolve_process
+from pipeline.load.packing import ConcatPackIterDataset, DocumentPackIterDataset, JoinRecords
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 

@@ -13,14 +13,14 @@ import json
 import numpy as np
 
 from pipeline import storage
-from pipeline.documents import BAD_FILE, Reject, Tally
-from pipeline.shard_writer import write_shard
-from pipeline.sources import SOURCES, SourceError
+from pipeline.prepare.documents import BAD_FILE, Reject, Tally
+from pipeline.prepare.shard_writer import write_shard
+from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.tokenizer import encode_documents, load_encoding
-from pipeline.units import UnitResult, WorkUnit, unit_record_name
+from pipeline.prepare.units import UnitResult, WorkUnit, unit_record_name
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
-from schemas.records import encode_record, numpy_dtype
+from schemas.records import encode_record, numpy_dtype, record_bounds
 
 
 def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
@@ -61,25 +61,6 @@ def shuffled_order(count: int, seed: int, unit_index: int, split: str) -> np.nda
     key = hashlib.blake2b(f"{seed}:{unit_index}:{split}".encode(), digest_size=8).digest()
     keys = _splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
     return np.argsort(keys, kind="stable")
-
-
-def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
-    """Offsets cutting the concatenated documents into records (see schemas/records.py)."""
-    bounds = [0]
-    position, used = 0, 0
-    for length in lengths:
-        if used + length > record_tokens and used > 0:
-            bounds.append(position)
-            used = 0
-        while length > record_tokens:
-            position += record_tokens
-            length -= record_tokens
-            bounds.append(position)
-        position += length
-        used += length
-    if position > bounds[-1]:
-        bounds.append(position)
-    return bounds
 
 
 def process_unit(

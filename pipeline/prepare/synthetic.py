@@ -1,8 +1,9 @@
-"""A small prepared directory written from given token documents, without running `prepare`.
+"""A prepared directory written from token documents directly, without text or a tokenizer.
 
-Records follow schemas/records.py through the same `record_bounds` and `write_shard` that
-`prepare` uses; the manifest is a real, schema-valid `Manifest`. Token ids can then be chosen to
-make every token of a split unique, so tests can tell exactly where each one ended up.
+For loader tests and benchmarks: token ids can be chosen (every token of a split unique, say) so
+that a test can tell exactly where each one ended up. Records follow schemas/records.py through the
+same `record_bounds` and `write_shard` that `prepare` uses; the manifest is a real, schema-valid
+`Manifest`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import os
 
 import numpy as np
 
-from pipeline.shard_writer import write_shard
-from pipeline.unit_worker import record_bounds
+from pipeline.prepare.shard_writer import write_shard
 from schemas import formats
 from schemas.manifest import Manifest, PrepareConfig, ShardInfo, TokenizerInfo, split_totals
-from schemas.records import encode_record, token_dtype_name
+from schemas.records import encode_record, record_bounds, token_dtype_name
 
 EOT_ID = 1
 
@@ -80,10 +80,3 @@ def write_prepared(
         f.write(manifest.to_json())
     return manifest
 
-
-def read_records(output: str, split: str = "train") -> list[np.ndarray]:
-    """Every record of a split in manifest order: the record indices the loader shuffles."""
-    from pipeline.manifest_io import read_manifest
-    from pipeline.manifest_io import read_records as read
-
-    return read(output, read_manifest(output), split)

@@ -13,10 +13,10 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from pipeline.documents import Tally
-from pipeline.sources.base import SourceError
-from pipeline.sources.parquet import documents_from_values
-from pipeline.units import WorkUnit
+from pipeline.prepare.documents import Tally
+from pipeline.prepare.sources.base import SourceError
+from pipeline.prepare.sources.parquet import documents_from_values
+from pipeline.prepare.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ import os
 import platform
 
 from pipeline import storage
-from pipeline.planning import Plan
-from pipeline.units import UnitResult, unit_record_name
+from pipeline.prepare.planning import Plan
+from pipeline.prepare.units import UnitResult, unit_record_name
 from schemas import formats
 from schemas.manifest import Manifest, split_totals
 

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from pipeline.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
+from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
 
 
 def _take(value: str) -> int | None:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pyarrow.parquet as pq
 
 from pipeline import storage
-from pipeline.documents import EMPTY, MISSING_TEXT, NON_STRING_TEXT, Reject, Tally
-from pipeline.sources.base import SourceError
-from pipeline.units import WorkUnit
+from pipeline.prepare.documents import EMPTY, MISSING_TEXT, NON_STRING_TEXT, Reject, Tally
+from pipeline.prepare.sources.base import SourceError
+from pipeline.prepare.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
 

@@ -12,10 +12,10 @@ import hashlib
 import json
 
 from pipeline import storage
-from pipeline.documents import BAD_FILE, Reject
-from pipeline.sources import SOURCES, SourceError, resolve_inputs
+from pipeline.prepare.documents import BAD_FILE, Reject
+from pipeline.prepare.sources import SOURCES, SourceError, resolve_inputs
 from pipeline.tokenizer import tokenizer_info
-from pipeline.units import WorkUnit
+from pipeline.prepare.units import WorkUnit
 from schemas import formats
 from schemas.manifest import InputInfo, Manifest, PrepareConfig, TokenizerInfo
 from schemas.records import token_dtype_name

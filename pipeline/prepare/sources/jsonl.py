@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 import zstandard
 
 from pipeline import storage
-from pipeline.documents import (
+from pipeline.prepare.documents import (
     BLANK_LINES,
     EMPTY,
     MALFORMED_JSON,
@@ -20,8 +20,8 @@ from pipeline.documents import (
     Tally,
     decode_utf8,
 )
-from pipeline.sources.base import BOM, SourceError, plan_byte_ranges, read_range
-from pipeline.units import WorkUnit
+from pipeline.prepare.sources.base import BOM, SourceError, plan_byte_ranges, read_range
+from pipeline.prepare.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
 _CHUNK = 4 * 2**20

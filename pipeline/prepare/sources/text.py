@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline.documents import EMPTY, Tally, decode_utf8
-from pipeline.sources.base import plan_byte_ranges, read_range, separator_regex, split_at_separator_lines
-from pipeline.units import WorkUnit
+from pipeline.prepare.documents import EMPTY, Tally, decode_utf8
+from pipeline.prepare.sources.base import plan_byte_ranges, read_range, separator_regex, split_at_separator_lines
+from pipeline.prepare.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
 

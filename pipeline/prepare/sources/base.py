@@ -10,8 +10,8 @@ from typing import Protocol
 import numpy as np
 
 from pipeline import storage
-from pipeline.documents import Tally
-from pipeline.units import WorkUnit
+from pipeline.prepare.documents import Tally
+from pipeline.prepare.units import WorkUnit
 from schemas.manifest import InputInfo, PrepareConfig
 
 BOM = b"\xef\xbb\xbf"

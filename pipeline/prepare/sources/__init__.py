@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 
 from pipeline import storage
-from pipeline.sources.base import Source, SourceError
-from pipeline.sources.hf import HuggingFaceSource
-from pipeline.sources.jsonl import JsonlSource
-from pipeline.sources.parquet import ParquetSource
-from pipeline.sources.text import TextSource
+from pipeline.prepare.sources.base import Source, SourceError
+from pipeline.prepare.sources.hf import HuggingFaceSource
+from pipeline.prepare.sources.jsonl import JsonlSource
+from pipeline.prepare.sources.parquet import ParquetSource
+from pipeline.prepare.sources.text import TextSource
 
 SOURCES: dict[str, Source] = {
     "text": TextSource(),
