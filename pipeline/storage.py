@@ -6,7 +6,6 @@ and then renamed, so a reader never sees a partial file as complete.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -17,7 +16,9 @@ from contextlib import contextmanager
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-_HASH_CHUNK = 8 * 2**20
+from pipeline.integrity import file_sha256
+
+_COPY_CHUNK = 8 * 2**20
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -49,11 +50,8 @@ def read_text(path: str) -> str:
 
 
 def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
     with open_raw(path) as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return file_sha256(f)
 
 
 def match(pattern: str) -> list[str]:
@@ -92,7 +90,7 @@ def _publish(local_file: str, path: str) -> None:
     with open(local_file, "rb") as src, FileSystems.create(
         temporary, compression_type=CompressionTypes.UNCOMPRESSED
     ) as dst:
-        shutil.copyfileobj(src, dst, _HASH_CHUNK)
+        shutil.copyfileobj(src, dst, _COPY_CHUNK)
     FileSystems.rename([temporary], [path])
     os.remove(local_file)
 
@@ -176,7 +174,7 @@ def local_copy(path: str) -> Iterator[str]:
     fd, scratch = tempfile.mkstemp(prefix=".download-")
     try:
         with os.fdopen(fd, "wb") as dst, open_raw(path) as src:
-            shutil.copyfileobj(src, dst, _HASH_CHUNK)
+            shutil.copyfileobj(src, dst, _COPY_CHUNK)
         yield scratch
     finally:
         os.remove(scratch)

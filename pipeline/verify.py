@@ -6,21 +6,23 @@ import argparse
 import sys
 
 from pipeline import storage
+from pipeline.integrity import shard_problems
 from pipeline.manifest_io import read_manifest
 from schemas.manifest import Manifest, ManifestError
 
 
 def problems(data_dir: str, manifest: Manifest) -> list[str]:
-    found = []
-    for shard in manifest.shards:
-        path = storage.join(data_dir, shard.path)
-        if not storage.exists(path):
-            found.append(f"missing: {shard.path}")
-        elif (size := storage.size(path)) != shard.bytes:
-            found.append(f"wrong size: {shard.path} ({size} bytes, manifest says {shard.bytes})")
-        elif storage.sha256_of(path) != shard.sha256:
-            found.append(f"wrong sha256: {shard.path}")
-    return found
+    def size_of(relative: str) -> int | None:
+        path = storage.join(data_dir, relative)
+        return storage.size(path) if storage.exists(path) else None
+
+    found = shard_problems(
+        manifest.shards,
+        size_of=size_of,
+        open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
+        hashes=True,
+    )
+    return [str(p) for p in found]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,12 @@
 """Record layout of the prepared shards.
 
-A record is a flat run of token ids, little-endian, of the manifest's dtype. Consecutive documents
-of one work unit (after its seeded shuffle) are packed into records of at most `record_tokens`
-tokens; every document ends with the end-of-text id. A document never straddles two records unless
-it alone is longer than the bound: then it is cut into record-sized pieces placed in consecutive
-records, and only its last piece ends with the end-of-text id.
+A record is a flat run of token ids, little-endian, of the manifest's dtype, holding whole
+documents only: every record starts at the start of a document and ends with an end-of-text id.
+Consecutive documents of one work unit (after its seeded shuffle) are packed greedily into records
+of at most `record_tokens` tokens; a document longer than that is a record of its own, whatever its
+length. So the loader, which shuffles records, never separates the pieces of a document: a long
+document reaches the token stream whole and contiguous, and only a document's start follows an
+end-of-text id.
 
 Packing many short documents per record keeps per-record costs (writing, the loader's random
 reads) off the hot path: TinyStories documents are ~200 tokens, so one document per record would
@@ -46,13 +48,9 @@ def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
     bounds = [0]
     position, used = 0, 0
     for length in lengths:
-        if used + length > record_tokens and used > 0:
+        if used and used + length > record_tokens:
             bounds.append(position)
             used = 0
-        while length > record_tokens:
-            position += record_tokens
-            length -= record_tokens
-            bounds.append(position)
         position += length
         used += length
     if position > bounds[-1]:

@@ -121,15 +121,18 @@ def test_bom_at_start_of_jsonl(tmp_path, encoding):
     assert decoded_documents(out, encoding) == ["hello"]
 
 
-def test_long_document_spans_consecutive_records(tmp_path, encoding):
+def test_a_long_document_is_one_record(tmp_path, encoding):
     long_doc = " ".join(f"w{i}" for i in range(5000))
-    path = write_jsonl(str(tmp_path / "l.jsonl"), ["short", long_doc])
+    path = write_jsonl(str(tmp_path / "l.jsonl"), ["short"] * 40 + [long_doc])
     out = str(tmp_path / "out")
-    manifest = run_prepare([str(path)], out, "--record-tokens", "512")
+    manifest = run_prepare([str(path)], out, "--record-tokens", "64")
     records = read_split(out)
-    assert max(len(r) for r in records) <= 512
-    assert sorted(decoded_documents(out, encoding)) == sorted(["short", long_doc])
-    assert manifest.totals["train"].records == len(records) > 10
+    long_ids = encoding.encode_ordinary(long_doc) + [encoding.eot_token]
+    assert [r.tolist() for r in records].count(long_ids) == 1
+    assert all(len(r) <= 64 for r in records if r.tolist() != long_ids)
+    assert all(r[-1] == encoding.eot_token for r in records)
+    assert sorted(decoded_documents(out, encoding)) == sorted(["short"] * 40 + [long_doc])
+    assert manifest.totals["train"].records == len(records) > 2
 
 
 @pytest.mark.slow

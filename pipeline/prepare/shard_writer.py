@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Iterable
 
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from pipeline import storage
+from pipeline.integrity import file_sha256
 from schemas import formats
 
 
@@ -29,9 +29,6 @@ def write_shard(path: str, records: Iterable[bytes]) -> WrittenShard:
             writer.write(record)
             count += 1
         writer.close()
-        h = hashlib.sha256()
         with open(scratch, "rb") as f:
-            while chunk := f.read(8 * 2**20):
-                h.update(chunk)
-        written = WrittenShard(records=count, bytes=os.path.getsize(scratch), sha256=h.hexdigest())
+            written = WrittenShard(records=count, bytes=os.path.getsize(scratch), sha256=file_sha256(f))
     return written
