@@ -1,6 +1,47 @@
-"""Packaging: `pip install -e .[dev]` for work here; Beam ships this file to remote workers."""
+"""Packaging, one extra per role; the base install is exactly what a `prepare` worker needs.
+
+- the launcher of a Dataflow run: `pip install -e '.[gcp]'` (add `hf` for Hugging Face inputs);
+- its workers: the base install, pinned to the launcher's versions by
+  `pipeline.prepare.worker_environment`, with this file shipped as `--setup_file`;
+- a training host: `pip install -e '.[train]'` (add `gcp` to read gs://);
+- work on the project: `make venv` (`.[dev]`, pinned by constraints.txt).
+
+Beam builds an sdist of this file for `--setup_file`; tests/test_packaging.py checks what it holds.
+"""
 
 from setuptools import find_packages, setup
+
+# Each with its subpackages, so a new subpackage ships without a change here.
+PACKAGES = ("schemas", "pipeline", "model", "train")
+
+# What pipeline/ (but load/) and schemas/ import: prepare on the launcher and its workers, verify,
+# inspect, corpus.
+PREPARE = [
+    "apache-beam>=2.60",
+    "array-record>=0.8",
+    "tiktoken>=0.9",
+    "pyarrow>=17",
+    "zstandard>=0.22",
+    "numpy>=1.26",
+    "jsonschema>=4.20",
+    "psutil>=5.9",  # the launcher watches the worker processes of a local run
+]
+# Hugging Face inputs (`--format hf`, hub ids): `datasets` resolves them on the launcher, the
+# workers read through `huggingface_hub`. An extra, not the base: it brings pandas, dill,
+# multiprocess and an HTTP stack that every worker would install for runs that read no hub data.
+HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
+LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
+TRAIN = LOAD + [
+    "jax>=0.7",
+    "flax>=0.12",
+    "optax>=0.2.5",
+    "orbax-checkpoint>=0.11",
+    "matplotlib>=3.8",
+    "tqdm>=4.66",
+]
+# gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
+GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator"]
 
 setup(
     name="tokshards",
@@ -8,27 +49,14 @@ setup(
     description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader and a "
     "Flax NNX GPT trainer.",
     python_requires=">=3.11",
-    packages=find_packages(include=["schemas", "pipeline", "pipeline.*", "model", "train"]),
+    packages=find_packages(include=[p + suffix for p in PACKAGES for suffix in ("", ".*")]),
     package_data={"pipeline": ["assets/*.tiktoken", "assets/*.LICENSE"], "schemas": ["*.json"]},
-    install_requires=[
-        "apache-beam>=2.60",
-        "array-record>=0.8",
-        "grain>=0.2.18",
-        "tiktoken>=0.9",
-        "datasets>=3.0",
-        "pyarrow>=17",
-        "zstandard>=0.22",
-        "numpy>=1.26",
-        "jsonschema>=4.20",
-        "jax>=0.7",
-        "flax>=0.12",
-        "optax>=0.2.5",
-        "orbax-checkpoint>=0.11",
-        "matplotlib>=3.8",
-        "tqdm>=4.66",
-    ],
+    install_requires=PREPARE,
     extras_require={
-        "gcp": ["apache-beam[gcp]>=2.60", "gcsfs"],  # gcsfs: the loader reads gs:// manifests via etils.epath
-        "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+        "hf": HF,
+        "load": LOAD,
+        "train": TRAIN,
+        "gcp": GCP,
+        "dev": HF + TRAIN + GCP + TEST,
     },
 )

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run(rest)
         except PrepareError as e:
+            if e.details:
+                print(e.details, file=sys.stderr)
             print(f"prepare: error: {e}", file=sys.stderr)
             return 1
         return 0

@@ -1,26 +1,39 @@
 """File access through Beam's `FileSystems`, so `gs://` and other Beam filesystems work like paths.
 
 Everything that becomes visible under a final name is first written whole under a temporary name
-and then renamed, so a reader never sees a partial file as complete.
+and then renamed, so a reader never sees a partial file as complete. Paths are literal: only
+`glob` expands patterns, and listings escape the directory they list.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.integrity import file_sha256
-
 _COPY_CHUNK = 8 * 2**20
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+# Scratch names start with a dot, so that no reader takes them for output.
+_SCRATCH_PREFIX = ".partial-"
+_TEMPORARY_MARK = ".tmp-"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInfo:
+    """A file's size and a token that changes when its content may have: the modification time
+    for local files, the content checksum an object store keeps (CRC32C on GCS) where there is one."""
+
+    size: int
+    version: str
 
 
 def is_local(path: str) -> bool:
@@ -35,11 +48,27 @@ def exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
+def file_info(path: str) -> FileInfo:
+    """Size and version of one file, without pattern matching; FileNotFoundError if it is missing."""
+    if is_local(path):
+        st = os.stat(path)
+        return FileInfo(st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+    if not FileSystems.exists(path):
+        raise FileNotFoundError(f"no such object: {path}")
+    filesystem = FileSystems.get_filesystem(path)
+    metadata = filesystem.metadata(path)
+    checksum = filesystem.checksum(path)
+    # Some filesystems answer with the size for a checksum: no better than the update time.
+    if checksum and checksum != str(metadata.size_in_bytes):
+        return FileInfo(metadata.size_in_bytes, f"checksum:{checksum}")
+    return FileInfo(metadata.size_in_bytes, f"updated:{metadata.last_updated_in_seconds!r}")
+
+
 def size(path: str) -> int:
-    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    return file_info(path).size
 
 
-def open_raw(path: str):
+def open_raw(path: str) -> BinaryIO:
     """A binary reader that never decompresses: the caller decides how bytes are decoded."""
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -49,12 +78,12 @@ def read_text(path: str) -> str:
         return f.read().decode("utf-8")
 
 
-def sha256_of(path: str) -> str:
-    with open_raw(path) as f:
-        return file_sha256(f)
+def escape_glob(path: str) -> str:
+    """A pattern that matches exactly `path` (Beam's globs take `[x]` for a literal `x`)."""
+    return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
-def match(pattern: str) -> list[str]:
+def glob(pattern: str) -> list[str]:
     """Paths matching a glob, sorted, so the plan never depends on listing order."""
     results = FileSystems.match([pattern])[0].metadata_list
     return sorted(m.path for m in results)
@@ -67,7 +96,7 @@ def makedirs(path: str) -> None:
 
 def _temporary_name(path: str) -> str:
     head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex}")
+    return os.path.join(head, f".{tail}{_TEMPORARY_MARK}{uuid.uuid4().hex}")
 
 
 def _fsync(path: str) -> None:
@@ -78,7 +107,8 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _publish(local_file: str, path: str) -> None:
+def publish(local_file: str, path: str) -> None:
+    """Makes a finished scratch file visible as `path`, whole or not at all."""
     if is_local(path):
         # Data on disk before the name, and the name on disk before anyone is told: a power
         # cut never leaves a published name over missing bytes.
@@ -95,25 +125,35 @@ def _publish(local_file: str, path: str) -> None:
     os.remove(local_file)
 
 
-@contextmanager
-def atomic_local_file(path: str) -> Iterator[str]:
-    """A local scratch path to write; on success it becomes `path` in one rename.
+def new_scratch(path: str) -> str:
+    """A local scratch file to write what will become `path` (see `publish`).
 
-    For a local destination the scratch file sits in the same directory (rename is atomic there);
-    for a remote one it is uploaded under a temporary name, then renamed.
+    For a local destination it sits in the same directory, where a rename is atomic; for a remote
+    one, in the local temporary directory.
     """
     scratch_dir = os.path.dirname(path) if is_local(path) else None
     if scratch_dir:
         os.makedirs(scratch_dir, exist_ok=True)
-    fd, scratch = tempfile.mkstemp(prefix=".partial-", dir=scratch_dir)
+    fd, scratch = tempfile.mkstemp(prefix=_SCRATCH_PREFIX, dir=scratch_dir)
     os.close(fd)
     os.chmod(scratch, 0o666 & ~_UMASK)  # mkstemp creates 0600; published files follow the umask
+    return scratch
+
+
+def discard(scratch: str) -> None:
+    if os.path.exists(scratch):
+        os.remove(scratch)
+
+
+@contextmanager
+def atomic_local_file(path: str) -> Iterator[str]:
+    """A local scratch path to write; on success it becomes `path` in one rename."""
+    scratch = new_scratch(path)
     try:
         yield scratch
-        _publish(scratch, path)
+        publish(scratch, path)
     finally:
-        if os.path.exists(scratch):
-            os.remove(scratch)
+        discard(scratch)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
@@ -122,27 +162,26 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
             f.write(data)
 
 
-def remove_scratch(directory: str) -> int:
-    """Delete scratch files an interrupted writer left under a local directory; returns how many.
-
-    Scratch names start with a dot, so readers never take them for output; this only reclaims
-    the space. Remote filesystems are left alone (their scratch names are just as hidden).
-    """
-    if not is_local(directory):
-        return 0
-    removed = 0
-    for dirpath, _, names in os.walk(directory):
-        for name in names:
-            if name.startswith(".partial-") or (name.startswith(".") and ".tmp-" in name):
-                os.remove(os.path.join(dirpath, name))
-                removed += 1
-    return removed
+def _is_scratch(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.startswith(_SCRATCH_PREFIX) or (name.startswith(".") and _TEMPORARY_MARK in name)
 
 
 def _objects_under(path: str, limit: int | None = None) -> list[str]:
     """On an object store, a directory is a key prefix: every object below `path`."""
-    result = FileSystems.match([join(path, "**")], limits=[limit])[0]
+    result = FileSystems.match([join(escape_glob(path), "**")], limits=[limit])[0]
     return [m.path for m in result.metadata_list]
+
+
+def remove_scratch(directory: str) -> int:
+    """Delete the scratch files that interrupted writers left below a directory; returns how many."""
+    if is_local(directory):
+        found = [os.path.join(d, n) for d, _, names in os.walk(directory) for n in names]
+    else:
+        found = _objects_under(directory)
+    scratch = [p for p in found if _is_scratch(p)]
+    delete(scratch)
+    return len(scratch)
 
 
 def has_entries(directory: str) -> bool:
@@ -151,18 +190,36 @@ def has_entries(directory: str) -> bool:
     return bool(_objects_under(directory, limit=1))
 
 
+def delete(paths: list[str]) -> None:
+    """Delete these files; those already gone are no error."""
+    present = [p for p in paths if FileSystems.exists(p)]
+    if present:
+        FileSystems.delete(present)
+
+
 def delete_tree(path: str) -> None:
-    """Delete a file or a directory with everything in it; nothing if it does not exist."""
+    """Delete a directory with everything in it (only for directories the project owns whole)."""
     if is_local(path):
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)
-        return
-    # An object store answers `exists` only for objects, never for a directory's prefix.
-    targets = ([path] if FileSystems.exists(path) else []) + _objects_under(path)
-    if targets:
-        FileSystems.delete(targets)
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        delete(_objects_under(path))
+
+
+def remove_empty_directory(path: str) -> None:
+    """A local directory left empty is removed; object stores have no directories to remove."""
+    if is_local(path) and os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)
+
+
+def is_within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or lies below it (symbolic links resolved for local paths)."""
+    if is_local(path) != is_local(directory):
+        return False
+    if is_local(path):
+        path, directory = os.path.realpath(path), os.path.realpath(directory)
+        return os.path.commonpath([path, directory]) == directory
+    directory = directory.rstrip("/") + "/"
+    return path == directory[:-1] or path.startswith(directory)
 
 
 @contextmanager
@@ -187,4 +244,5 @@ def list_files(directory: str, suffix: str = "") -> list[str]:
             return []
         names = sorted(n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith("."))
         return [os.path.join(directory, n) for n in names]
-    return [p for p in match(join(directory, f"*{suffix}")) if not os.path.basename(p).startswith(".")]
+    pattern = join(escape_glob(directory), f"*{escape_glob(suffix)}")
+    return [p for p in glob(pattern) if not os.path.basename(p).startswith(".")]

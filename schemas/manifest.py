@@ -16,8 +16,14 @@ from schemas import formats
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 DEFAULT_UNIT_BYTES = 16 * 2**20
+# Longer documents are cut into pieces (see docs/data-format.md): it bounds a worker's memory.
+DEFAULT_MAX_DOCUMENT_BYTES = 64 * 2**20
 DEFAULT_SEPARATOR = "<|endoftext|>"
-INPUT_FORMATS = ("text", "jsonl", "parquet", "hf")
+# What a file holds; `--format hf` resolves a Hugging Face dataset to files of these formats.
+FILE_FORMATS = ("text", "jsonl", "parquet", "arrow")
+INPUT_FORMATS = (*FILE_FORMATS, "hf")
+# A shard path is relative and stays inside the dataset: a split directory, then a plain name.
+SHARD_PATH_PATTERN = r"^(train|validation)/[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +38,7 @@ class PrepareConfig:
     seed: int = 0
     unit_bytes: int = DEFAULT_UNIT_BYTES
     record_tokens: int = DEFAULT_RECORD_TOKENS
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
     skip_bad_files: bool = False
     hf_split: str = "train"
     hf_name: str | None = None
@@ -45,6 +52,8 @@ class PrepareConfig:
             )
         if self.unit_bytes < 4096:
             raise ValueError(f"unit_bytes must be at least 4096 (got {self.unit_bytes=})")
+        if self.max_document_bytes < 1024:
+            raise ValueError(f"max_document_bytes must be at least 1024 (got {self.max_document_bytes=})")
         if self.record_tokens < 16:
             raise ValueError(f"record_tokens must be at least 16 (got {self.record_tokens=})")
         if not self.separator.strip() or "\n" in self.separator:
@@ -64,12 +73,13 @@ class TokenizerInfo:
 
 @dataclasses.dataclass(frozen=True)
 class InputInfo:
-    """One input as it was fingerprinted. For a hub dataset, `sha256` is its `datasets` fingerprint."""
+    """One input file. `digest` is computed by the workers from the content they read: the SHA-256
+    of the concatenated SHA-256 digests of the input's units, in order (see docs/data-format.md)."""
 
     path: str
     format: str
     size: int
-    sha256: str
+    digest: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +115,7 @@ class Manifest:
     counts: dict[str, int]
     totals: dict[str, SplitTotals]
     package_versions: dict[str, str]
+    hub_revisions: dict[str, str] = dataclasses.field(default_factory=dict)
     format: str = formats.MANIFEST_FORMAT
     version: int = formats.MANIFEST_VERSION
 
@@ -131,6 +142,7 @@ class Manifest:
             counts=dict(data["counts"]),
             totals={k: SplitTotals(**v) for k, v in data["totals"].items()},
             package_versions=dict(data["package_versions"]),
+            hub_revisions=dict(data["hub_revisions"]),
             format=data["format"],
             version=data["version"],
         )
@@ -193,6 +205,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     "seed": {"type": "integer"},
                     "unit_bytes": _INT,
                     "record_tokens": _INT,
+                    "max_document_bytes": _INT,
                     "skip_bad_files": {"type": "boolean"},
                     "hf_split": _STR,
                     "hf_name": {"type": ["string", "null"]},
@@ -201,7 +214,7 @@ JSON_SCHEMA: dict[str, Any] = {
             "inputs": {
                 "type": "array",
                 "items": _object(
-                    {"path": _STR, "format": {"enum": list(INPUT_FORMATS)}, "size": _INT, "sha256": _STR}
+                    {"path": _STR, "format": {"enum": list(FILE_FORMATS)}, "size": _INT, "digest": _SHA256}
                 ),
             },
             "num_units": _INT,
@@ -210,7 +223,7 @@ JSON_SCHEMA: dict[str, Any] = {
                 "items": _object(
                     {
                         "split": {"enum": list(formats.SPLITS)},
-                        "path": _STR,
+                        "path": {"type": "string", "pattern": SHARD_PATH_PATTERN},
                         "unit": _INT,
                         "records": _INT,
                         "documents": _INT,
@@ -230,6 +243,7 @@ JSON_SCHEMA: dict[str, Any] = {
                 ),
             },
             "package_versions": {"type": "object", "additionalProperties": _STR},
+            "hub_revisions": {"type": "object", "additionalProperties": _STR},
         }
     ),
 }

@@ -34,11 +34,12 @@ def test_record_bounds_fill_records_greedily():
 
 
 def test_shuffled_order_is_a_seeded_permutation():
-    a = shuffled_order(1000, seed=1, unit_index=3, split="train")
+    a = shuffled_order(1000, seed=1, unit_index=3, batch=0, split="train")
     assert sorted(a.tolist()) == list(range(1000))
-    assert np.array_equal(a, shuffled_order(1000, seed=1, unit_index=3, split="train"))
-    assert not np.array_equal(a, shuffled_order(1000, seed=1, unit_index=4, split="train"))
-    assert not np.array_equal(a, shuffled_order(1000, seed=2, unit_index=3, split="train"))
+    assert np.array_equal(a, shuffled_order(1000, seed=1, unit_index=3, batch=0, split="train"))
+    assert not np.array_equal(a, shuffled_order(1000, seed=1, unit_index=4, batch=0, split="train"))
+    assert not np.array_equal(a, shuffled_order(1000, seed=1, unit_index=3, batch=1, split="train"))
+    assert not np.array_equal(a, shuffled_order(1000, seed=2, unit_index=3, batch=0, split="train"))
 
 
 def test_validation_mask_fraction_and_salt():

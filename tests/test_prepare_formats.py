@@ -44,7 +44,7 @@ def test_conservation_huggingface_saved_and_data_files(tmp_path, encoding):
     saved = str(tmp_path / "saved")
     datasets.Dataset.from_dict({"text": DOCS}).save_to_disk(saved)
     manifest = run_prepare([saved], str(tmp_path / "out1"), "--unit-bytes", "4096")
-    assert manifest.inputs[0].format == "hf"
+    assert manifest.inputs[0].format == "arrow"
     assert manifest.num_units > 1
     assert collections.Counter(decoded_documents(str(tmp_path / "out1"), encoding)) == collections.Counter(DOCS)
 

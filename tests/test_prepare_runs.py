@@ -163,14 +163,13 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
     assert _outputs(out) == _outputs(clean)
 
 
-def test_runner_options_local_and_remote():
-    from apache_beam.options.pipeline_options import DirectOptions, SetupOptions
+def test_local_runner_options():
+    from apache_beam.options.pipeline_options import DirectOptions, WorkerOptions
 
-    from pipeline.prepare.launcher import default_runner_options
+    from pipeline.prepare.beam_job import pipeline_options
 
-    local = default_runner_options([])
+    local = pipeline_options([])
     assert local.view_as(DirectOptions).direct_num_workers == os.cpu_count()
     assert local.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    assert default_runner_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
-    remote = default_runner_options(["--runner=DataflowRunner", "--project=p", "--temp_location=gs://b/t"])
-    assert remote.view_as(SetupOptions).setup_file == os.path.join(REPO, "setup.py")
+    assert local.view_as(WorkerOptions).default_sdk_harness_log_level == "WARNING"
+    assert pipeline_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1

@@ -1,30 +1,27 @@
-"""Assembling the manifest from the finished units' records, once every unit is done."""
+"""Assembling the manifest from the finished units' records, once every unit is done.
+
+The workers measured what they read, unit by unit; here those measures become the inputs' digests
+and the rejects' absolute line numbers (a unit knows only the newlines in its own byte range, so a
+line's number is a prefix sum over the units before it).
+"""
 
 from __future__ import annotations
 
 import collections
-import importlib.metadata
+import hashlib
 import json
 import os
-import platform
 
 from pipeline import storage
+from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
-from pipeline.prepare.units import UnitResult, unit_record_name
+from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
 from schemas import formats
-from schemas.manifest import Manifest, split_totals
-
-_PACKAGES = ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "datasets", "zstandard")
+from schemas.manifest import InputInfo, Manifest, split_totals
 
 
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
+class FinalizeError(RuntimeError):
+    """The unit records cannot make a manifest (missing units, or workers of other versions)."""
 
 
 def finished_units(output_dir: str, known: dict[int, UnitResult] | None = None) -> dict[int, UnitResult]:
@@ -43,16 +40,40 @@ def finished_units(output_dir: str, known: dict[int, UnitResult] | None = None) 
     return results
 
 
-def build_manifest(plan: Plan, results: dict[int, UnitResult]) -> Manifest:
+def finished_unit_indices(output_dir: str) -> set[int]:
+    """The units whose record exists, from a listing alone."""
+    units_dir = storage.join(output_dir, formats.STATE_DIR, formats.UNITS_DIR)
+    return {int(os.path.basename(p).split(".")[0]) for p in storage.list_files(units_dir, ".json")}
+
+
+def _input_digest(unit_digests: list[str]) -> str:
+    return hashlib.sha256(b"".join(bytes.fromhex(d) for d in unit_digests)).hexdigest()
+
+
+def _package_versions(results: list[UnitResult], launcher_versions: dict[str, str]) -> dict[str, str]:
+    """The versions the workers ran: one set, or the run is refused."""
+    found = {json.dumps(r.package_versions, sort_keys=True) for r in results}
+    if len(found) > 1:
+        raise FinalizeError(f"units were prepared with different package versions: {sorted(found)}")
+    return results[0].package_versions if results else launcher_versions
+
+
+def build_manifest(plan: Plan, results: dict[int, UnitResult], launcher_versions: dict[str, str]) -> Manifest:
     missing = [u.index for u in plan.units if u.index not in results]
     if missing:
-        raise RuntimeError(f"cannot write the manifest: units {missing[:10]} have not finished")
+        raise FinalizeError(f"cannot write the manifest: units {missing[:10]} have not finished")
     ordered = [results[u.index] for u in plan.units]
-    shards = tuple(
-        sorted(
-            (s for r in ordered for s in r.shards),
-            key=lambda s: (formats.SPLITS.index(s.split), s.unit),
+    inputs = tuple(
+        InputInfo(
+            path=item.path,
+            format=item.format,
+            size=item.size,
+            digest=_input_digest([results[u.index].digest for u in plan.units_of(i)]),
         )
+        for i, item in enumerate(plan.inputs)
+    )
+    shards = tuple(
+        sorted((s for r in ordered for s in r.shards), key=lambda s: (formats.SPLITS.index(s.split), s.unit))
     )
     skipped: collections.Counter[str] = collections.Counter(r.reason for r in plan.bad_inputs)
     counts: collections.Counter[str] = collections.Counter()
@@ -63,30 +84,48 @@ def build_manifest(plan: Plan, results: dict[int, UnitResult]) -> Manifest:
         tokenizer=plan.tokenizer,
         dtype=plan.dtype,
         config=plan.config,
-        inputs=plan.inputs,
+        inputs=inputs,
         num_units=len(plan.units),
         shards=shards,
         skipped=dict(sorted(skipped.items())),
         counts=dict(sorted(counts.items())),
         totals=split_totals(shards),
-        package_versions=package_versions(),
+        package_versions=_package_versions(ordered, launcher_versions),
+        hub_revisions=dict(sorted(plan.hub_revisions.items())),
     )
 
 
-def write_outputs(output_dir: str, plan: Plan, run_info: dict) -> Manifest:
-    """Rejects first, the manifest last: its presence means the directory is complete."""
-    manifest = build_manifest(plan, finished_units(output_dir))
-    state = storage.join(output_dir, formats.STATE_DIR)
-    lines = [json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in plan.bad_inputs]
-    for unit in plan.units:
-        path = storage.join(state, formats.UNIT_REJECTS_DIR, f"{unit.index:05d}.jsonl")
-        if storage.exists(path):
-            lines.append(storage.read_text(path))
-    storage.write_bytes_atomic(storage.join(output_dir, formats.REJECTS_NAME), "".join(lines).encode())
-    storage.write_bytes_atomic(storage.join(output_dir, formats.MANIFEST_NAME), manifest.to_json().encode())
+def _reject_line(reject: dict, newlines_before: int) -> str:
+    line, row = reject.pop("line"), reject.pop("row")
+    reject["location"] = f"line {1 + newlines_before + line}" if line is not None else f"row {row}" if row is not None else ""
+    return json.dumps(reject, sort_keys=True) + "\n"
+
+
+def _write_rejects(output_dir: str, plan: Plan, results: dict[int, UnitResult]) -> None:
+    """Planning's rejects, then each unit's in unit order, written through one local file."""
+    rejects_dir = storage.join(output_dir, formats.STATE_DIR, formats.UNIT_REJECTS_DIR)
+    present = {os.path.basename(p) for p in storage.list_files(rejects_dir, ".jsonl")}
+    newlines_before: dict[int, int] = {}
+    with storage.atomic_local_file(storage.join(output_dir, formats.REJECTS_NAME)) as scratch:
+        with open(scratch, "w") as out:
+            out.writelines(_reject_line(r.to_dict(), 0) for r in plan.bad_inputs)
+            for unit in plan.units:
+                before = newlines_before.get(unit.input_index, 0)
+                newlines_before[unit.input_index] = before + results[unit.index].newlines
+                if unit_rejects_name(unit.index) in present:
+                    text = storage.read_text(storage.join(rejects_dir, unit_rejects_name(unit.index)))
+                    out.writelines(_reject_line(json.loads(line), before) for line in text.splitlines())
+
+
+def write_outputs(output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str]) -> Manifest:
+    """Rejects and run info first, the manifest last: its presence means the directory is complete."""
+    results = finished_units(output_dir)
+    manifest = build_manifest(plan, results, launcher_versions)
+    _write_rejects(output_dir, plan, results)
+    info = {**run_info, **plan_identity_record(plan)}
     storage.write_bytes_atomic(
-        storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(run_info, indent=2, sort_keys=True) + "\n").encode()
+        storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     )
-    storage.delete_tree(state)
+    storage.write_bytes_atomic(storage.join(output_dir, formats.MANIFEST_NAME), manifest.to_json().encode())
+    remove_state(output_dir)
     return manifest
-

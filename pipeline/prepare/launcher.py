@@ -1,78 +1,101 @@
-"""`prepare`: raw corpora to tokenized ArrayRecord shards and a manifest, as a Beam pipeline.
+"""`python -m pipeline prepare`: plan, check the output directory, run the units, finalize.
 
-The launcher plans (fingerprints inputs, cuts work units), checks the output directory, runs one
-Beam element per unfinished unit, then writes the manifest from the unit records. Units finished
-by an earlier, interrupted run are skipped, so a crash costs only the unfinished units.
+The launcher reads metadata only; the workers read the data. Units finished by an earlier,
+interrupted run are skipped, so a crash costs only the unfinished units. Every option that is not
+ours goes to Beam, and one that Beam does not know either is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
+import resource
 import sys
+import tempfile
 import time
 
-import apache_beam as beam
-from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    PipelineOptions,
-    SetupOptions,
-    StandardOptions,
-    WorkerOptions,
-)
+from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
-from pipeline.prepare.finalize import finished_units, write_outputs
-from pipeline.prepare.planning import Plan, make_plan, prepare_output_dir
-from pipeline.prepare.progress import PollingProgress, format_count, format_duration
+from pipeline.prepare import beam_job, hub_filesystem, job
+from pipeline.prepare.failures import read_failures, remote_failures_dir
+from pipeline.prepare.finalize import FinalizeError, finished_unit_indices, finished_units, write_outputs
+from pipeline.prepare.output_dir import COMPLETE, OutputError, earlier_hub_revisions, prepare_output_dir
+from pipeline.prepare.planning import Plan, make_plan
+from pipeline.prepare.progress import Progress, format_count, format_duration
 from pipeline.prepare.sources import SourceError
-from pipeline.prepare.worker import process_unit
-from pipeline.prepare.units import UnitResult, WorkUnit
+from pipeline.prepare.units import UnitResult
+from pipeline.prepare.worker import RunContext
+from pipeline.prepare.worker_environment import package_versions, staging_options
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
 
-FAILURES_DIR = "failures"
-
 
 class PrepareError(RuntimeError):
-    """An expected failure of a run, reported as one line."""
+    """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
 
 
-class PrepareUnitFn(beam.DoFn):
-    """One element is one whole unit: per-element overhead is paid once per ~16 MB of input."""
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline prepare",
+        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other options go to "
+        "Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location gs://...).",
+        allow_abbrev=False,
+    )
+    defaults = PrepareConfig()
+    add = parser.add_argument
+    add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
+    add("--output", required=True, help="output directory (local or any Beam filesystem)")
+    add("--format", choices=INPUT_FORMATS, default=None, help="default: from the file name")
+    add("--tokenizer", default=defaults.tokenizer, help="tiktoken name or .tiktoken path")
+    add("--text-field", default=defaults.text_field)
+    add("--separator", default=defaults.separator, help="document separator line (text format)")
+    add("--validation-fraction", type=float, default=defaults.validation_fraction)
+    add("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
+    add("--unit-bytes", type=int, default=defaults.unit_bytes, help="target input bytes per unit")
+    add("--record-tokens", type=int, default=defaults.record_tokens)
+    add("--max-document-bytes", type=int, default=defaults.max_document_bytes,
+        help="longer documents are cut into pieces at a whitespace")
+    add("--hf-split", default=defaults.hf_split)
+    add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name")
+    add("--hf-revision", default=None,
+        help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
+    add("--skip-bad-files", action="store_true", help="record unreadable inputs as skipped")
+    add("--overwrite", action="store_true", help="replace what an earlier prepare run wrote in --output")
+    add("--verbose", action="store_true", help="tracebacks with errors")
+    return parser
 
-    def __init__(self, config: PrepareConfig, *, dtype_name: str, num_units: int, output_dir: str):
-        self._config = config
-        self._dtype_name = dtype_name
-        self._num_units = num_units
-        self._output_dir = output_dir
-        self._documents = Metrics.counter("prepare", "documents")
-        self._tokens = Metrics.counter("prepare", "tokens")
-        self._units = Metrics.counter("prepare", "units")
 
-    def process(self, unit: WorkUnit):
-        try:
-            result = process_unit(
-                unit,
-                self._config,
-                dtype_name=self._dtype_name,
-                num_units=self._num_units,
-                output_dir=self._output_dir,
-            )
-        except SourceError as e:
-            # Left for the launcher, which reports it in one line whatever the runner.
-            storage.write_bytes_atomic(
-                storage.join(self._output_dir, formats.STATE_DIR, FAILURES_DIR, f"{unit.index:05d}.txt"),
-                str(e).encode(),
-            )
-            raise
-        self._units.inc()
-        self._documents.inc(sum(s.documents for s in result.shards))
-        self._tokens.inc(result.tokens)
-        yield result.unit
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = _parser()
+    args, pipeline_args = parser.parse_known_args(argv)
+    own = [s for action in parser._actions for s in action.option_strings]
+    try:
+        beam_job.check_beam_args(pipeline_args, own)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    return args, pipeline_args
+
+
+def _config(args: argparse.Namespace) -> PrepareConfig:
+    """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`)."""
+    return PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read() calls so far (Linux), to show what planning costs."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+    except OSError:
+        return 0
 
 
 def is_complete(result: UnitResult, output_dir: str) -> bool:
@@ -84,69 +107,78 @@ def is_complete(result: UnitResult, output_dir: str) -> bool:
     return True
 
 
-def default_runner_options(pipeline_args: list[str]) -> PipelineOptions:
-    """Locally: the DirectRunner on every core. Elsewhere: the user's options, plus setup.py."""
-    options = PipelineOptions(pipeline_args)
-    standard = options.view_as(StandardOptions)
-    if standard.runner in (None, "DirectRunner", "direct"):
-        direct = options.view_as(DirectOptions)
-        if not any(a.startswith("--direct_num_workers") for a in pipeline_args):
-            direct.direct_num_workers = os.cpu_count() or 1
-        if not any(a.startswith("--direct_running_mode") for a in pipeline_args):
-            direct.direct_running_mode = "multi_processing"
-        workers = options.view_as(WorkerOptions)
-        if workers.default_sdk_harness_log_level is None:
-            workers.default_sdk_harness_log_level = "WARNING"  # keep the progress line readable
-    else:
-        setup = options.view_as(SetupOptions)
-        here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "setup.py")
-        if setup.setup_file is None and os.path.exists(here):
-            setup.setup_file = here
-    return options
-
-
-def run_units(plan: Plan, units: list[WorkUnit], output_dir: str, options: PipelineOptions) -> None:
-    with beam.Pipeline(options=options) as pipeline:
-        (
-            pipeline
-            # Create redistributes its elements (a reshuffle), so units spread over all workers.
-            | "Units" >> beam.Create(units)
-            | "TokenizeAndWrite"
-            >> beam.ParDo(
-                PrepareUnitFn(
-                    plan.config, dtype_name=plan.dtype, num_units=len(plan.units), output_dir=output_dir
-                )
-            )
-        )
-
-
-def _failure_message(output_dir: str) -> str | None:
-    paths = storage.list_files(storage.join(output_dir, formats.STATE_DIR, FAILURES_DIR), ".txt")
-    return storage.read_text(paths[0]) if paths else None
-
-
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline prepare",
-        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. "
-        "Unknown options go to Beam (e.g. --runner=DataflowRunner --project ... --temp_location gs://...).",
+def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
+    """Runs the units not done yet; returns what run_info.json records of it."""
+    done = {
+        i: r for i, r in finished_units(output_dir).items() if r.plan == plan.fingerprint() and is_complete(r, output_dir)
+    }
+    pending = [u for u in plan.units if u.index not in done]
+    print(
+        f"prepare: {len(plan.inputs)} inputs, {len(plan.units)} units ({len(done)} already done), "
+        f"tokenizer {plan.tokenizer.name}, dtype {plan.dtype}",
+        file=sys.stderr,
     )
-    defaults = PrepareConfig()
-    parser.add_argument("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
-    parser.add_argument("--output", required=True, help="output directory (local or any Beam filesystem)")
-    parser.add_argument("--format", choices=INPUT_FORMATS, default=None, help="default: from the file name")
-    parser.add_argument("--tokenizer", default=defaults.tokenizer, help="tiktoken name or .tiktoken path")
-    parser.add_argument("--text-field", default=defaults.text_field)
-    parser.add_argument("--separator", default=defaults.separator, help="document separator line (text format)")
-    parser.add_argument("--validation-fraction", type=float, default=defaults.validation_fraction)
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
-    parser.add_argument("--unit-bytes", type=int, default=defaults.unit_bytes, help="target input bytes per unit")
-    parser.add_argument("--record-tokens", type=int, default=defaults.record_tokens)
-    parser.add_argument("--hf-split", default=defaults.hf_split)
-    parser.add_argument("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name")
-    parser.add_argument("--skip-bad-files", action="store_true", help="record unreadable inputs as skipped")
-    parser.add_argument("--overwrite", action="store_true", help="replace what prepare wrote in --output")
-    return parser.parse_known_args(argv)
+    seen: dict[int, UnitResult] = {}
+
+    def poll() -> tuple[int, int]:
+        seen.update(finished_units(output_dir, seen))
+        return len(seen), sum(r.tokens for r in seen.values())
+
+    started = time.time()
+    restarts = 0
+    # Workers that read hub files need the Hugging Face client too.
+    extras = ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+    with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
+        try:
+            staging = staging_options(pipeline_args, scratch, extras)
+        except (ValueError, RuntimeError) as e:
+            raise PrepareError(str(e)) from None
+        options = beam_job.pipeline_options(pipeline_args + staging)
+        local = beam_job.is_local_runner(options)
+        context = RunContext(
+            config=plan.config,
+            dtype_name=plan.dtype,
+            num_units=len(plan.units),
+            output_dir=output_dir,
+            plan=plan.fingerprint(),
+            package_versions=package_versions(),
+            failures_dir=scratch if local else remote_failures_dir(output_dir),
+        )
+        if not local:
+            storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
+        if pending:
+            progress = Progress(
+                poll,
+                len(plan.units),
+                already_done=len(done),
+                already_tokens=sum(r.tokens for r in done.values()),
+                interval=1.0 if storage.is_local(output_dir) else 10.0,
+            )
+            try:
+                if local:
+                    restarts = job.run_local(
+                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
+                    )
+                else:
+                    job.run_remote(pending, context, options, progress.tick)
+            except job.JobError as e:
+                raise PrepareError(f"{e}; the units done are kept, and a rerun resumes", e.details if verbose else "") from None
+            progress.finish()
+        failures = read_failures(context.failures_dir)
+    if failures:
+        more = f" (and {len(failures) - 1} more failed units)" if len(failures) > 1 else ""
+        raise PrepareError(
+            f"{failures[0].message}{more}; the units done are kept, and a rerun resumes",
+            failures[0].traceback if verbose else "",
+        )
+    return {
+        "units_run": len(pending),
+        "units_resumed": len(done),
+        "job_restarts": restarts,
+        "tokenize_seconds": time.time() - started,
+        "runner": options.view_as(StandardOptions).runner or "FnApiRunner",
+        "pipeline_args": pipeline_args,
+    }
 
 
 def run(argv: list[str] | None = None) -> Manifest:
@@ -154,72 +186,36 @@ def run(argv: list[str] | None = None) -> Manifest:
     args, pipeline_args = parse_args(argv)
     started = time.time()
     try:
-        config = PrepareConfig(
-            tokenizer=args.tokenizer,
-            format=args.format,
-            text_field=args.text_field,
-            separator=args.separator,
-            validation_fraction=args.validation_fraction,
-            seed=args.seed,
-            unit_bytes=args.unit_bytes,
-            record_tokens=args.record_tokens,
-            skip_bad_files=args.skip_bad_files,
-            hf_split=args.hf_split,
-            hf_name=args.hf_name,
-        )
+        config = _config(args)
         output_dir = args.output if not storage.is_local(args.output) else os.path.abspath(args.output)
-        plan = make_plan(args.input, config)
+        pinned = {} if args.overwrite else earlier_hub_revisions(output_dir)
+        if args.hf_revision:
+            pinned = {spec: args.hf_revision for spec in args.input}
+        read_before = _bytes_read()
+        plan = make_plan(args.input, config, pinned)
+        planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
-    except (ValueError, SourceError, RuntimeError) as e:
+    except (ValueError, SourceError, OutputError, OSError) as e:
         raise PrepareError(str(e)) from None
-    if state == "complete":
+    if state == COMPLETE:
         print(f"{output_dir} is already complete for these inputs and config; nothing to do", file=sys.stderr)
         return Manifest.from_json(storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME)))
-
-    storage.delete_tree(storage.join(output_dir, formats.STATE_DIR, FAILURES_DIR))
-    done = {i: r for i, r in finished_units(output_dir).items() if is_complete(r, output_dir)}
-    pending = [u for u in plan.units if u.index not in done]
-    print(
-        f"prepare: {len(plan.inputs)} inputs, {len(plan.units)} units "
-        f"({len(done)} already done), tokenizer {plan.tokenizer.name}, dtype {plan.dtype}",
-        file=sys.stderr,
-    )
-
-    seen: dict[int, UnitResult] = {}
-
-    def poll() -> tuple[int, int]:
-        seen.update(finished_units(output_dir, seen))
-        return len(seen), sum(r.tokens for r in seen.values())
-
-    options = default_runner_options(pipeline_args)
-    tokenize_started = time.time()
-    if pending:
-        with PollingProgress(
-            poll,
-            len(plan.units),
-            already_done=len(done),
-            already_tokens=sum(r.tokens for r in done.values()),
-            interval=1.0 if storage.is_local(output_dir) else 10.0,
-        ):
-            try:
-                run_units(plan, pending, output_dir, options)
-            except Exception as e:
-                message = _failure_message(output_dir)
-                if message is None:
-                    raise
-                raise PrepareError(message) from e
-    run_info = {
-        "started_unix": started,
-        "finished_unix": time.time(),
-        "seconds": time.time() - started,
-        "tokenize_seconds": time.time() - tokenize_started,
-        "units_run": len(pending),
-        "units_resumed": len(done),
-        "runner": options.view_as(StandardOptions).runner or "DirectRunner",
-        "pipeline_args": pipeline_args,
-        "host": platform.node(),
-    }
-    manifest = write_outputs(output_dir, plan, run_info)
+    try:
+        ran = _run_pending(plan, output_dir, pipeline_args, args.verbose)
+        run_info = {
+            "started_unix": started,
+            "finished_unix": time.time(),
+            "seconds": time.time() - started,
+            **planning,
+            **ran,
+            "host": platform.node(),
+            "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            # Local worker processes are the launcher's children.
+            "local_workers_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        }
+        manifest = write_outputs(output_dir, plan, run_info, package_versions())
+    except (FinalizeError, OSError) as e:
+        raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)
     return manifest
 
@@ -238,5 +234,3 @@ def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:
     if manifest.counts:
         lines.append("  counts: " + json.dumps(manifest.counts, sort_keys=True))
     return "\n".join(lines)
-
-

@@ -1,7 +1,10 @@
-"""The plan of a run: fingerprinted inputs, the config, the tokenizer and the list of work units.
+"""The plan of a run: the inputs as they are now, the config, the tokenizer and the work units.
 
-The plan is decided before any work starts, from inputs and config alone. Its fingerprint guards
-the output directory: a rerun resumes only the plan it started, and anything else is refused.
+The plan is decided before any work starts, from metadata alone: each input's size and version
+(modification time, or an object store's checksum) and, for columnar files, their footer. No
+content is read or hashed here, so planning costs requests, not a pass over the data; the workers
+hash what they read. The plan's fingerprint guards the output directory: a rerun resumes only the
+plan it started, and anything else is refused.
 """
 
 from __future__ import annotations
@@ -13,18 +16,22 @@ import json
 
 from pipeline import storage
 from pipeline.prepare.documents import BAD_FILE, Reject
-from pipeline.prepare.sources import SOURCES, SourceError, resolve_inputs
-from pipeline.tokenizer import tokenizer_info
+from pipeline.prepare.inputs import resolve_inputs
+from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.prepare.units import WorkUnit
-from schemas import formats
-from schemas.manifest import InputInfo, Manifest, PrepareConfig, TokenizerInfo
+from pipeline.tokenizer import tokenizer_info
+from schemas.manifest import PrepareConfig, TokenizerInfo
 from schemas.records import token_dtype_name
 
-_HASHING_THREADS = 8  # enough to keep local disks and object stores busy
+_METADATA_THREADS = 16  # metadata requests to an object store are latency-bound
 
 
-class PlanError(RuntimeError):
-    """The output directory cannot take this plan; the message says why and what to do."""
+@dataclasses.dataclass(frozen=True)
+class PlannedInput:
+    path: str
+    format: str
+    size: int
+    version: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +39,10 @@ class Plan:
     config: PrepareConfig
     tokenizer: TokenizerInfo
     dtype: str
-    inputs: tuple[InputInfo, ...]
+    inputs: tuple[PlannedInput, ...]
     bad_inputs: tuple[Reject, ...]
     units: tuple[WorkUnit, ...]
+    hub_revisions: dict[str, str]
 
     def identity(self) -> dict:
         """What must match for two runs to be the same job."""
@@ -47,6 +55,9 @@ class Plan:
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
 
+    def units_of(self, input_index: int) -> list[WorkUnit]:
+        return [u for u in self.units if u.input_index == input_index]
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -54,33 +65,56 @@ class Plan:
                 **self.identity(),
                 "bad_inputs": [r.to_dict() for r in self.bad_inputs],
                 "units": [u.to_dict() for u in self.units],
+                "hub_revisions": self.hub_revisions,
             },
             indent=1,
             sort_keys=True,
         )
 
 
-def make_plan(input_patterns: list[str], config: PrepareConfig) -> Plan:
-    """Inputs are hashed concurrently (reading and hashing release the GIL) and taken in order."""
+def _plan_input(path: str, fmt: str, config: PrepareConfig) -> tuple[PlannedInput, list[tuple[int, int]]]:
+    try:
+        info = storage.file_info(path)
+    except FileNotFoundError:
+        raise SourceError(f"input {path} does not exist") from None
+    return PlannedInput(path, fmt, info.size, info.version), SOURCES[fmt].plan(path, info, config)
+
+
+def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str] | None = None) -> Plan:
+    """Inputs are looked at concurrently (metadata requests wait on the network) and taken in order.
+
+    `hub_revisions` pins hub ids (see `resolve_inputs`)."""
     tokenizer = tokenizer_info(config.tokenizer)
-    resolved = resolve_inputs(input_patterns, config.format)
-    inputs, bad, units = [], [], []
-    with concurrent.futures.ThreadPoolExecutor(min(_HASHING_THREADS, len(resolved) or 1)) as pool:
-        planned = [pool.submit(SOURCES[fmt].fingerprint_and_plan, path, config) for path, fmt in resolved]
-        for (path, _), future in zip(resolved, planned):
+    resolved = resolve_inputs(input_specs, config, hub_revisions or {})
+    inputs: list[PlannedInput] = []
+    bad: list[Reject] = []
+    units: list[WorkUnit] = []
+    workers = min(_METADATA_THREADS, len(resolved.files) or 1)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        planned = [pool.submit(_plan_input, path, fmt, config) for path, fmt in resolved.files]
+        for (path, _), future in zip(resolved.files, planned):
             try:
-                info, file_units = future.result()
-            except (SourceError, OSError) as e:
+                planned_input, ranges = future.result()
+            except SourceError as e:
                 if not config.skip_bad_files:
                     pool.shutdown(cancel_futures=True)
-                    raise SourceError(str(e) if isinstance(e, SourceError) else f"{path}: {e}") from None
-                bad.append(Reject(BAD_FILE, path, "", str(e)))
+                    raise
+                bad.append(Reject(BAD_FILE, path, str(e)))
                 continue
-            first = len(units)
             units += [
-                dataclasses.replace(u, index=first + i, input_index=len(inputs)) for i, u in enumerate(file_units)
+                WorkUnit(
+                    index=len(units) + i,
+                    input_index=len(inputs),
+                    path=path,
+                    format=planned_input.format,
+                    start=start,
+                    end=end,
+                    size=planned_input.size,
+                    version=planned_input.version,
+                )
+                for i, (start, end) in enumerate(ranges)
             ]
-            inputs.append(info)
+            inputs.append(planned_input)
     return Plan(
         config=config,
         tokenizer=tokenizer,
@@ -88,63 +122,5 @@ def make_plan(input_patterns: list[str], config: PrepareConfig) -> Plan:
         inputs=tuple(inputs),
         bad_inputs=tuple(bad),
         units=tuple(units),
+        hub_revisions=resolved.hub_revisions,
     )
-
-
-def _differences(old: dict, new: dict) -> str:
-    what = []
-    for section in ("config", "tokenizer", "inputs"):
-        if old.get(section) != new.get(section):
-            if section == "config":
-                keys = sorted(k for k in new[section] if old[section].get(k) != new[section][k])
-                what.append("config (" + ", ".join(keys) + ")")
-            else:
-                what.append(section)
-    return ", ".join(what)
-
-
-_OUTPUT_ENTRIES = (formats.MANIFEST_NAME, formats.RUN_INFO_NAME, formats.REJECTS_NAME, formats.STATE_DIR, *formats.SPLITS)
-
-
-def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
-    """Returns 'fresh', 'resume' or 'complete', or raises PlanError.
-
-    A directory holding another job's output or state is refused unless `overwrite`, which removes
-    only what `prepare` itself writes.
-    """
-    if overwrite:
-        for entry in _OUTPUT_ENTRIES:
-            storage.delete_tree(storage.join(output_dir, entry))
-    manifest_path = storage.join(output_dir, formats.MANIFEST_NAME)
-    plan_path = storage.join(output_dir, formats.STATE_DIR, formats.PLAN_NAME)
-    identity = plan.identity()
-    if storage.exists(manifest_path):
-        manifest = Manifest.from_json(storage.read_text(manifest_path))
-        old = {
-            "config": dataclasses.asdict(manifest.config),
-            "tokenizer": dataclasses.asdict(manifest.tokenizer),
-            "inputs": [dataclasses.asdict(i) for i in manifest.inputs],
-        }
-        if old != identity:
-            raise PlanError(
-                f"{output_dir} already holds a dataset prepared with different "
-                f"{_differences(old, identity)}; pass --overwrite to replace it, or choose another --output"
-            )
-        return "complete"
-    if storage.exists(plan_path):
-        old = json.loads(storage.read_text(plan_path))
-        if old.get("fingerprint") != plan.fingerprint():
-            raise PlanError(
-                f"{output_dir} holds an unfinished run with different {_differences(old, identity)}; "
-                "rerun with the same inputs and config to resume it, or pass --overwrite"
-            )
-        storage.remove_scratch(output_dir)
-        return "resume"
-    if storage.has_entries(output_dir):
-        raise PlanError(
-            f"{output_dir} is not empty and holds no prepare state; choose an empty --output "
-            "or pass --overwrite"
-        )
-    storage.makedirs(output_dir)
-    storage.write_bytes_atomic(plan_path, plan.to_json().encode())
-    return "fresh"

@@ -1,9 +1,13 @@
-"""Progress of a long job: units done, tokens/s and ETA, on one refreshed line or log lines."""
+"""Progress of a long job: units done, tokens/s and ETA, on one refreshed line or log lines.
+
+On a terminal the line is refreshed every poll. Elsewhere (CI logs, a Dataflow launcher's log) a
+line is written every 30 seconds or every tenth of the units, whichever comes first, so an hour's
+run logs a few hundred lines, not thousands.
+"""
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -21,11 +25,16 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-class PollingProgress:
-    """Polls a `(done, tokens)` callback from a thread while the job runs elsewhere.
+LOG_EVERY_SECONDS = 30.0
+LOG_EVERY_FRACTION = 0.1
+
+
+class Progress:
+    """Reports a job's progress whenever `tick` finds a report due; `poll` returns (units, tokens).
 
     Polling the job's durable output works the same for a local run and a remote runner, and
-    counts only work that is really finished.
+    counts only work that is really finished. It runs in whatever loop watches the job: no thread
+    of its own, so the launcher stays single-threaded.
     """
 
     def __init__(
@@ -37,6 +46,7 @@ class PollingProgress:
         already_tokens: int = 0,
         interval: float = 1.0,
         stream: TextIO = sys.stderr,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._poll = poll
         self._total = total
@@ -44,39 +54,35 @@ class PollingProgress:
         self._interval = interval
         self._stream = stream
         self._tty = stream.isatty()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._start = time.monotonic()
-        self._last_line = ""
+        self._clock = clock
+        self._start = self._polled_at = self._logged_at = clock()
+        self._logged_done = already_done
 
-    def __enter__(self) -> PollingProgress:
-        self._start = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._report(final=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+    def tick(self) -> None:
+        if self._clock() - self._polled_at >= self._interval:
             self._report(final=False)
+
+    def finish(self) -> None:
+        self._report(final=True)
 
     def _report(self, final: bool) -> None:
         done, tokens = self._poll()
-        line = self._line(done, tokens)
+        now = self._polled_at = self._clock()
+        line = self._line(done, tokens, now)
         if self._tty:
             self._stream.write("\r" + line + ("\n" if final else ""))
-            self._stream.flush()
-        elif line != self._last_line or final:
+        elif final or now - self._logged_at >= LOG_EVERY_SECONDS or done - self._logged_done >= self._log_step():
             self._stream.write(line + "\n")
-        self._last_line = line
+            self._logged_at, self._logged_done = now, done
+        self._stream.flush()
 
-    def _line(self, done: int, tokens: int) -> str:
+    def _log_step(self) -> int:
+        return max(1, int(self._total * LOG_EVERY_FRACTION))
+
+    def _line(self, done: int, tokens: int, now: float) -> str:
         # Rate and ETA count only this run's work, not units finished before a resume.
         base_done, base_tokens = self._base
-        elapsed = time.monotonic() - self._start
+        elapsed = now - self._start
         new_done, new_tokens = done - base_done, tokens - base_tokens
         rate = new_tokens / elapsed if elapsed > 0 else 0.0
         remaining = self._total - done

@@ -1,4 +1,4 @@
-"""Writing one ArrayRecord shard whole, then publishing it under its final name."""
+"""Writing one ArrayRecord shard in a stream of records, then publishing it under its final name."""
 
 from __future__ import annotations
 
@@ -20,15 +20,40 @@ class WrittenShard:
     sha256: str
 
 
+class ShardWriter:
+    """Records go to a local scratch file; `close` publishes it at `path`, `abort` drops it.
+
+    The shard appears at `path` only once complete, and its hash is of the bytes published.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.records = 0
+        self._scratch = storage.new_scratch(path)
+        self._writer = ArrayRecordWriter(self._scratch, formats.ARRAY_RECORD_OPTIONS)
+
+    def write(self, record: bytes) -> None:
+        self._writer.write(record)
+        self.records += 1
+
+    def close(self) -> WrittenShard:
+        self._writer.close()
+        with open(self._scratch, "rb") as f:
+            written = WrittenShard(self.records, os.path.getsize(self._scratch), file_sha256(f))
+        storage.publish(self._scratch, self.path)
+        return written
+
+    def abort(self) -> None:
+        self._writer.close()
+        storage.discard(self._scratch)
+
+
 def write_shard(path: str, records: Iterable[bytes]) -> WrittenShard:
-    """The shard appears at `path` only once complete; its hash is of the bytes published."""
-    with storage.atomic_local_file(path) as scratch:
-        writer = ArrayRecordWriter(scratch, formats.ARRAY_RECORD_OPTIONS)
-        count = 0
+    writer = ShardWriter(path)
+    try:
         for record in records:
             writer.write(record)
-            count += 1
-        writer.close()
-        with open(scratch, "rb") as f:
-            written = WrittenShard(records=count, bytes=os.path.getsize(scratch), sha256=file_sha256(f))
-    return written
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()

@@ -1,7 +1,8 @@
 """Work units: the fixed list of pieces a run is cut into, and what finishing one records.
 
-The list is a pure function of the inputs and the config, never of the runner or its worker count.
-Each unit writes its own shards, so the output is the same however the runner schedules them.
+The list is a pure function of the inputs' sizes and layout and of the config, never of the runner
+or its worker count, and planning it reads no content: each unit writes its own shards, so the
+output is the same however the runner schedules them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from schemas.manifest import ShardInfo
 
 @dataclasses.dataclass(frozen=True)
 class WorkUnit:
-    """A slice of one input: bytes `[start, end)` for text and JSONL, row groups for Parquet,
-    rows for a Hugging Face dataset, the whole file for compressed JSONL.
+    """A slice of one input, with the input's identity as planned.
 
-    `first_line` is the 1-based line (or 0-based row) number at `start`, for reject locations.
+    `start`/`end` are bytes for text and JSONL (the unit owns the documents or lines that start in
+    the range, and reads past `end` to finish the last one), rows for Parquet and Arrow, and the
+    whole file for compressed JSONL. `size` and `version` are what the input was planned with; a
+    worker that finds anything else refuses to read it.
     """
 
     index: int
@@ -27,7 +30,13 @@ class WorkUnit:
     format: str
     start: int
     end: int
-    first_line: int = 1
+    size: int
+    version: str
+
+    @property
+    def rows(self) -> bool:
+        """Whether `start`/`end` count rows (columnar formats) rather than bytes."""
+        return self.format in ("parquet", "arrow")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -35,12 +44,21 @@ class WorkUnit:
 
 @dataclasses.dataclass(frozen=True)
 class UnitResult:
-    """Written atomically when a unit's shards are in place: the durable mark that it is done."""
+    """Written atomically when a unit's shards are in place: the durable mark that it is done.
+
+    `digest` and `newlines` describe exactly the unit's own range of its input (the manifest's input
+    digests and the rejects' absolute line numbers are assembled from them); `package_versions` are
+    the worker's.
+    """
 
     unit: int
+    plan: str
     shards: tuple[ShardInfo, ...]
     skipped: dict[str, int]
     counts: dict[str, int]
+    digest: str
+    newlines: int
+    package_versions: dict[str, str]
 
     @property
     def tokens(self) -> int:
@@ -52,13 +70,12 @@ class UnitResult:
     @classmethod
     def from_json(cls, text: str) -> UnitResult:
         data = json.loads(text)
-        return cls(
-            unit=data["unit"],
-            shards=tuple(ShardInfo(**s) for s in data["shards"]),
-            skipped=data["skipped"],
-            counts=data["counts"],
-        )
+        return cls(**{**data, "shards": tuple(ShardInfo(**s) for s in data["shards"])})
 
 
 def unit_record_name(index: int) -> str:
     return f"{index:05d}.json"
+
+
+def unit_rejects_name(index: int) -> str:
+    return f"{index:05d}.jsonl"

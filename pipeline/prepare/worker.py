@@ -1,23 +1,28 @@
 """Turning one work unit into its shards: read, tokenize, split, shuffle, pack, write, record.
 
 Everything here depends only on the unit and the config, so any worker, on any runner, at any
-time, writes the same bytes for the same unit. The unit record is written last: a unit without
-one is unfinished, whatever shards it may have left behind.
+time, writes the same bytes for the same unit. Documents are handled in batches of about
+`unit_bytes` (one batch for most units), so a worker's memory stays bounded whatever the input's
+shape. The unit record is written last: a unit without one is unfinished, whatever shards it may
+have left behind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
 import numpy as np
+import tiktoken
 
 from pipeline import storage
-from pipeline.prepare.documents import BAD_FILE, Reject, Tally
-from pipeline.prepare.shard_writer import write_shard
+from pipeline.prepare.documents import BAD_FILE, DocumentPiece, Reject, Tally
+from pipeline.prepare.shard_writer import ShardWriter
 from pipeline.prepare.sources import SOURCES, SourceError
+from pipeline.prepare.sources.base import ContentDigest
+from pipeline.prepare.units import UnitResult, WorkUnit, unit_record_name, unit_rejects_name
 from pipeline.tokenizer import encode_documents, load_encoding
-from pipeline.prepare.units import UnitResult, WorkUnit, unit_record_name
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
@@ -56,69 +61,172 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def shuffled_order(count: int, seed: int, unit_index: int, split: str) -> np.ndarray:
+def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: str) -> np.ndarray:
     """A permutation keyed by stable hashes, so it is the same under any numpy version."""
-    key = hashlib.blake2b(f"{seed}:{unit_index}:{split}".encode(), digest_size=8).digest()
+    key = hashlib.blake2b(f"{seed}:{unit_index}:{batch}:{split}".encode(), digest_size=8).digest()
     keys = _splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
     return np.argsort(keys, kind="stable")
 
 
-def process_unit(
-    unit: WorkUnit, config: PrepareConfig, *, dtype_name: str, num_units: int, output_dir: str
-) -> UnitResult:
-    encoding = load_encoding(config.tokenizer)
-    dtype = numpy_dtype(dtype_name)
-    tally = Tally()
+class InputChangedError(RuntimeError):
+    """An input is not what the run planned: resuming would mix two versions of it."""
+
+    deterministic = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every unit of a run shares, pickled once into the pipeline's DoFn."""
+
+    config: PrepareConfig
+    dtype_name: str
+    num_units: int
+    output_dir: str
+    plan: str  # the plan's fingerprint, recorded in every unit record
+    package_versions: dict[str, str]
+    failures_dir: str
+
+
+class _SplitShards:
+    """The unit's shard per split, opened when the split gets its first record."""
+
+    def __init__(self, context: RunContext, unit: WorkUnit):
+        self._context = context
+        self._unit = unit
+        self._writers: dict[str, ShardWriter] = {}
+        self._documents: dict[str, int] = {}
+        self._tokens: dict[str, int] = {}
+
+    def write(self, split: str, tokens: np.ndarray, lengths: list[int]) -> None:
+        if split not in self._writers:
+            relative = formats.shard_path(split, self._unit.index, self._context.num_units)
+            self._writers[split] = ShardWriter(storage.join(self._context.output_dir, relative))
+        writer = self._writers[split]
+        bounds = record_bounds(lengths, self._context.config.record_tokens)
+        for a, b in zip(bounds, bounds[1:]):
+            writer.write(encode_record(tokens[a:b], self._context.dtype_name))
+        self._documents[split] = self._documents.get(split, 0) + len(lengths)
+        self._tokens[split] = self._tokens.get(split, 0) + len(tokens)
+
+    def close(self) -> tuple[ShardInfo, ...]:
+        shards = []
+        for split in formats.SPLITS:
+            if split in self._writers:
+                written = self._writers.pop(split).close()
+                shards.append(
+                    ShardInfo(
+                        split=split,
+                        path=formats.shard_path(split, self._unit.index, self._context.num_units),
+                        unit=self._unit.index,
+                        records=written.records,
+                        documents=self._documents[split],
+                        tokens=self._tokens[split],
+                        bytes=written.bytes,
+                        sha256=written.sha256,
+                    )
+                )
+        return tuple(shards)
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
+
+
+class _UnitWriter:
+    """Batches of documents to shards: split, shuffle within the batch, encode, pack."""
+
+    def __init__(self, context: RunContext, unit: WorkUnit, encoding: tiktoken.Encoding):
+        self._context = context
+        self._config = context.config
+        self._unit = unit
+        self._encoding = encoding
+        self._dtype = numpy_dtype(context.dtype_name)
+        self.shards = _SplitShards(context, unit)
+        self._batch: list[str] = []
+        self._batch_bytes = 0
+        self._batches = 0
+        self._piece_split = "train"
+
+    def add(self, document: str | DocumentPiece) -> None:
+        if isinstance(document, DocumentPiece):
+            # A cut document's pieces stay in order, each a record of its own, all in the split of
+            # its first piece.
+            self.flush()
+            if document.first:
+                to_validation = validation_mask([document.text], self._config.validation_fraction, self._config.seed)
+                self._piece_split = "validation" if to_validation[0] else "train"
+            if document.text:
+                tokens, lengths = encode_documents(self._encoding, [document.text])
+                self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
+            return
+        self._batch.append(document)
+        self._batch_bytes += len(document)
+        if self._batch_bytes >= self._config.unit_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._batch:
+            return
+        texts, self._batch, self._batch_bytes = self._batch, [], 0
+        to_validation = validation_mask(texts, self._config.validation_fraction, self._config.seed)
+        for split, selected in (("train", ~to_validation), ("validation", to_validation)):
+            indices = np.flatnonzero(selected)
+            if len(indices):
+                order = indices[shuffled_order(len(indices), self._config.seed, self._unit.index, self._batches, split)]
+                tokens, lengths = encode_documents(self._encoding, [texts[i] for i in order.tolist()])
+                # The dtype was chosen to hold every id of the vocabulary.
+                self.shards.write(split, tokens.astype(self._dtype), lengths.tolist())
+        self._batches += 1
+
+
+def check_unchanged(unit: WorkUnit) -> None:
+    info = storage.file_info(unit.path)
+    if (info.size, info.version) != (unit.size, unit.version):
+        raise InputChangedError(
+            f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
+            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs as they are now"
+        )
+
+
+def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
+    """Reads, tokenizes and writes one unit, then records it. Content errors raise SourceError,
+    or, with `skip_bad_files`, skip the whole unit with a recorded reject."""
+    config = context.config
+    check_unchanged(unit)
+    tally, digest = Tally(), ContentDigest()
+    writer = _UnitWriter(context, unit, load_encoding(config.tokenizer))
     try:
-        texts = list(SOURCES[unit.format].read(unit, config, tally))
-    except (SourceError, OSError) as e:
-        message = str(e) if isinstance(e, SourceError) else f"{unit.path}: {e}"
+        for document in SOURCES[unit.format].read(unit, config, tally, digest):
+            writer.add(document)
+        writer.flush()
+        shards = writer.shards.close()
+    except SourceError as e:
+        writer.shards.abort()
         if not config.skip_bad_files:
-            raise SourceError(message) from None
+            raise
         # The whole unit is skipped and recorded: no partial file is taken as complete.
         tally = Tally()
-        tally.reject(Reject(BAD_FILE, unit.path, f"unit {unit.index}", message))
-        texts = []
-    to_validation = validation_mask(texts, config.validation_fraction, config.seed)
-
-    shards = []
-    for split, selected in (("train", ~to_validation), ("validation", to_validation)):
-        indices = np.flatnonzero(selected)
-        if len(indices) == 0:
-            continue
-        order = indices[shuffled_order(len(indices), config.seed, unit.index, split)]
-        tokens, lengths = encode_documents(encoding, [texts[i] for i in order.tolist()])
-        flat = tokens.astype(dtype)  # the dtype was chosen to hold every id of the vocabulary
-        bounds = record_bounds(lengths.tolist(), config.record_tokens)
-        relative = formats.shard_path(split, unit.index, num_units)
-        written = write_shard(
-            storage.join(output_dir, relative),
-            (encode_record(flat[a:b], dtype_name) for a, b in zip(bounds, bounds[1:])),
-        )
-        shards.append(
-            ShardInfo(
-                split=split,
-                path=relative,
-                unit=unit.index,
-                records=written.records,
-                documents=len(indices),
-                tokens=len(flat),
-                bytes=written.bytes,
-                sha256=written.sha256,
-            )
-        )
-
-    state = storage.join(output_dir, formats.STATE_DIR)
+        tally.reject(Reject(BAD_FILE, unit.path, f"unit {unit.index}: {e}"))
+        shards = ()
+    except BaseException:
+        writer.shards.abort()
+        raise
+    state = storage.join(context.output_dir, formats.STATE_DIR)
     if tally.rejects:
         lines = "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in tally.rejects)
         storage.write_bytes_atomic(
-            storage.join(state, formats.UNIT_REJECTS_DIR, f"{unit.index:05d}.jsonl"), lines.encode()
+            storage.join(state, formats.UNIT_REJECTS_DIR, unit_rejects_name(unit.index)), lines.encode()
         )
     result = UnitResult(
         unit=unit.index,
-        shards=tuple(shards),
+        plan=context.plan,
+        shards=shards,
         skipped=dict(sorted(tally.skipped.items())),
         counts=dict(sorted(tally.counts.items())),
+        digest=digest.hexdigest(),
+        newlines=digest.newlines,
+        package_versions=context.package_versions,
     )
     storage.write_bytes_atomic(
         storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()

@@ -1,138 +1,113 @@
-"""The interface every input format implements, and the byte-range helpers they share."""
+"""The interface every input format implements, and the byte-range reading the line formats share.
+
+Planning reads no content: a line format's units are fixed byte ranges, and a worker decides which
+documents its range owns (those that start in it) by reading a byte before it and past its end. So
+the launcher's cost does not grow with the data, and every unit still sees whole documents.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator
-from typing import Protocol
+from collections.abc import Iterator
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
-from pipeline import storage
-from pipeline.prepare.documents import Tally
+from pipeline.prepare.documents import Document, Tally
 from pipeline.prepare.units import WorkUnit
-from schemas.manifest import InputInfo, PrepareConfig
+from pipeline.storage import FileInfo
+from schemas.manifest import PrepareConfig
 
 BOM = b"\xef\xbb\xbf"
-_BLOCK = 8 * 2**20
-_SEARCH_BLOCK = 2**20
+# Reads past a unit's end grow from small (the last document usually ends within a few KB) to large.
+_FIRST_READ_PAST = 64 * 2**10
+_MAX_READ_PAST = 4 * 2**20
 
 
 class SourceError(RuntimeError):
-    """An input that cannot be read as asked: the message names the file and what is wrong."""
+    """Input content that cannot be read as asked (corrupt, truncated, not of its format): the
+    message names the file and what is wrong. Reading it again fails the same way."""
+
+    deterministic = True
+
+
+class ContentDigest:
+    """SHA-256 and newline count of exactly what a unit owns of its input, fed as it is read."""
+
+    def __init__(self) -> None:
+        self._sha256 = hashlib.sha256()
+        self.newlines = 0
+
+    def update(self, data: bytes, *, count_newlines: bool = False) -> None:
+        self._sha256.update(data)
+        if count_newlines:
+            self.newlines += count_newlines_in(data)
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
 
 
 class Source(Protocol):
-    def fingerprint_and_plan(
-        self, path: str, config: PrepareConfig
-    ) -> tuple[InputInfo, list[WorkUnit]]:
-        """Hash the input and cut it into units; the planner numbers them (`index`, `input_index`)."""
+    def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
+        """The `(start, end)` of each unit of the input, from its metadata (at most a file footer)."""
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
-        """The texts of the unit's documents in input order; skips and rejects go to `tally`."""
-
-
-BoundaryFinder = Callable[[bytes, bool], int | None]
+    def read(
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
+    ) -> Iterator[Document]:
+        """The unit's documents in input order; skips and rejects go to `tally`, what the unit owns
+        of the input to `digest`."""
 
 
-def find_cuts(path: str, size: int, unit_bytes: int, boundary_after: BoundaryFinder) -> list[int]:
-    """Offsets near each multiple of `unit_bytes` where a unit may start.
-
-    Reads only a little around each target, so planning costs seeks, not a pass over the file.
-    `boundary_after(buf, at_eof)` returns the first cut in `buf` (which starts at a line start),
-    or None if it needs more bytes.
-    """
-    cuts = [0]
-    target = unit_bytes
-    with storage.open_raw(path) as f:
-        while target < size:
-            f.seek(target - 1)
-            # Move to the next line start, so separators are only matched at line starts.
-            buf = b""
-            line_start = None
-            while line_start is None:
-                chunk = f.read(_SEARCH_BLOCK)
-                if not chunk:
-                    break
-                newline = chunk.find(b"\n")
-                if newline >= 0:
-                    line_start = target - 1 + len(buf) + newline + 1
-                    buf = chunk[newline + 1 :]
-                else:
-                    buf += chunk
-            if line_start is None or line_start >= size:
-                break
-            cut = None
-            at_eof = False
-            while cut is None:
-                cut = boundary_after(buf, at_eof)
-                if cut is None:
-                    if at_eof:
-                        break
-                    chunk = f.read(_SEARCH_BLOCK)
-                    at_eof = not chunk
-                    buf += chunk
-            if cut is None or line_start + cut >= size:
-                break
-            cuts.append(line_start + cut)
-            target = max(target + unit_bytes, line_start + cut + 1)
-    return cuts
+def byte_ranges(size: int, unit_bytes: int) -> list[tuple[int, int]]:
+    return [(start, min(start + unit_bytes, size)) for start in range(0, size, unit_bytes)]
 
 
-def _count_newlines(block: bytes) -> int:
-    # About 3x faster than bytes.count, and planning runs it over every input byte.
+def count_newlines_in(block: bytes) -> int:
+    # About 3x faster than bytes.count.
     return int(np.count_nonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n")))
 
 
-def hash_and_count_lines(path: str, cuts: list[int]) -> tuple[str, list[int]]:
-    """The file's sha256 and, for each cut, the 1-based line number that starts there."""
-    h = hashlib.sha256()
-    lines_at = []
-    pending = iter(cuts)
-    next_cut = next(pending, None)
-    offset, newlines = 0, 0
-    with storage.open_raw(path) as f:
-        while True:
-            block = f.read(_BLOCK)
-            while next_cut is not None and next_cut <= offset + len(block):
-                lines_at.append(1 + newlines + _count_newlines(block[: next_cut - offset]))
-                next_cut = next(pending, None)
-            if not block:
-                break
-            h.update(block)
-            newlines += _count_newlines(block)
-            offset += len(block)
-    return h.hexdigest(), lines_at
+class RangeReader:
+    """A unit's byte range `[start, end)` of an open input, then, on demand, the bytes past it.
 
+    Only the range itself goes to the digest: the bytes past it belong to the next unit's digest.
+    """
 
-def plan_byte_ranges(
-    path: str, fmt: str, config: PrepareConfig, boundary_after: BoundaryFinder
-) -> tuple[InputInfo, list[WorkUnit]]:
-    size = storage.size(path)
-    cuts = find_cuts(path, size, config.unit_bytes, boundary_after)
-    sha256, lines = hash_and_count_lines(path, cuts)
-    bounds = [*cuts, size]
-    units = [
-        WorkUnit(0, 0, path, fmt, bounds[i], bounds[i + 1], lines[i])
-        for i in range(len(cuts))
-        if bounds[i + 1] > bounds[i]
-    ]
-    return InputInfo(path=path, format=fmt, size=size, sha256=sha256), units
+    def __init__(self, f: BinaryIO, unit: WorkUnit, digest: ContentDigest, *, count_newlines: bool):
+        self._f = f
+        f.seek(max(unit.start - 1, 0))
+        before = f.read(1) if unit.start else b""
+        self.own = f.read(unit.end - unit.start)
+        if len(self.own) != unit.end - unit.start:
+            raise SourceError(
+                f"{unit.path}: expected {unit.end - unit.start} bytes at offset {unit.start}, "
+                f"read {len(self.own)}; did the file change since it was planned?"
+            )
+        digest.update(self.own, count_newlines=count_newlines)
+        # Whether `start` is a line start: the file's start, or right after a newline.
+        self.starts_line = not unit.start or before == b"\n"
+        if unit.start == 0 and BOM.startswith(self.own[: len(BOM)]):
+            # A byte-order mark is no text; the range may even end inside it.
+            rest = f.read(max(len(BOM) - len(self.own), 0))
+            if (self.own + rest).startswith(BOM):
+                self.own = self.own[len(BOM) :]
+            else:
+                f.seek(unit.end)
+        self._next_read = _FIRST_READ_PAST
 
+    def first_line_start(self) -> int | None:
+        """Offset in `own` of the first line that starts in the range, or None if none does."""
+        if self.starts_line:
+            return 0
+        newline = self.own.find(b"\n")
+        return None if newline < 0 or newline + 1 == len(self.own) else newline + 1
 
-def read_range(unit: WorkUnit) -> bytes:
-    with storage.open_raw(unit.path) as f:
-        f.seek(unit.start)
-        data = f.read(unit.end - unit.start)
-    if len(data) != unit.end - unit.start:
-        raise SourceError(
-            f"{unit.path}: expected {unit.end - unit.start} bytes at offset {unit.start}, "
-            f"read {len(data)}; did the file change since it was planned?"
-        )
-    if unit.start == 0 and data.startswith(BOM):
-        data = data[len(BOM) :]
-    return data
+    def read_past(self) -> bytes:
+        """The next bytes past what was read, b"" at the end of the file."""
+        data = self._f.read(self._next_read)
+        self._next_read = min(2 * self._next_read, _MAX_READ_PAST)
+        return data
 
 
 def separator_regex(separator: str) -> re.Pattern[bytes]:
@@ -145,7 +120,8 @@ def separator_regex(separator: str) -> re.Pattern[bytes]:
 
 
 def split_at_separator_lines(data: bytes, separator: str) -> list[bytes]:
-    """`data` cut at every separator line; the pieces keep their surrounding whitespace.
+    """`data` (which starts at a line start) cut at every separator line; the pieces keep their
+    surrounding whitespace, and the last one ends with an added newline.
 
     When every occurrence of the separator is a bare line of its own, a plain split finds exactly
     the cuts the regex finds, several times faster; anything else (spaces, CRLF, consecutive

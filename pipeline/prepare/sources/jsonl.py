@@ -1,4 +1,9 @@
-"""JSON Lines, plain or compressed (`.gz`, `.zst`), one document per line in a text field."""
+"""JSON Lines, plain or compressed (`.gz`, `.zst`), one document per line in a text field.
+
+A plain file's unit owns the lines that start in its byte range. A compressed stream cannot be
+entered mid-way, so a compressed file is one unit, read as a stream: its memory stays bounded
+whatever the file's size, but its time does not (split large corpora into several files).
+"""
 
 from __future__ import annotations
 
@@ -13,18 +18,24 @@ from pipeline import storage
 from pipeline.prepare.documents import (
     BLANK_LINES,
     EMPTY,
+    LINE_TOO_LONG,
     MALFORMED_JSON,
     MISSING_TEXT,
     NON_STRING_TEXT,
+    Document,
     Reject,
     Tally,
     decode_utf8,
+    documents_of_text,
 )
-from pipeline.prepare.sources.base import BOM, SourceError, plan_byte_ranges, read_range
+from pipeline.prepare.sources.base import BOM, ContentDigest, RangeReader, SourceError, byte_ranges
 from pipeline.prepare.units import WorkUnit
-from schemas.manifest import InputInfo, PrepareConfig
+from pipeline.storage import FileInfo
+from schemas.manifest import PrepareConfig
 
 _CHUNK = 4 * 2**20
+# A line this many times the document bound is refused unparsed: parsing it would hold it whole.
+_LINE_LIMIT_FACTOR = 4
 
 
 def compression_of(path: str) -> str | None:
@@ -40,90 +51,124 @@ def _decompressor(compression: str):
     return zstandard.ZstdDecompressor().decompressobj()
 
 
-def _decompressed_chunks(path: str, compression: str) -> Iterator[bytes]:
-    """Streams every member/frame; a stream that ends mid-member is an error, not a short read."""
+def _decompressed_chunks(f, path: str, compression: str, digest: ContentDigest) -> Iterator[bytes]:
+    """Streams every member/frame; a stream that ends mid-member is an error, not a short read.
+
+    Zero bytes after the last member are padding (tape blocks, some uploaders), accepted as GNU
+    gzip accepts them; any other trailing byte is corrupt data.
+    """
     decoder = _decompressor(compression)
-    started = False
-    with storage.open_raw(path) as f:
-        while raw := f.read(_CHUNK):
-            while raw:
-                started = True
-                try:
-                    out = decoder.decompress(raw)
-                except (zlib.error, zstandard.ZstdError) as e:
-                    raise SourceError(f"{path}: corrupt {compression} data: {e}") from None
-                if out:
-                    yield out
-                if not decoder.eof:
-                    break
-                raw = decoder.unused_data
-                decoder = _decompressor(compression)
-                started = False
+    started, padding = False, False
+    while raw := f.read(_CHUNK):
+        digest.update(raw)
+        while raw:
+            if padding or (not started and raw[0] == 0):
+                if raw.strip(b"\x00"):
+                    raise SourceError(f"{path}: corrupt {compression} data: non-zero bytes after zero padding")
+                padding = True
+                break
+            started = True
+            try:
+                out = decoder.decompress(raw)
+            except (zlib.error, zstandard.ZstdError) as e:
+                raise SourceError(f"{path}: corrupt {compression} data: {e}") from None
+            if out:
+                yield out
+            if not decoder.eof:
+                break
+            raw = decoder.unused_data
+            decoder = _decompressor(compression)
+            started = False
     if started and not decoder.eof:
         raise SourceError(f"{path}: truncated {compression} stream (ends inside a compressed block)")
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    tail = b""
+def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
+    """The stream's lines; None for a line longer than `limit`, which is skipped unheld."""
+    tail, too_long = b"", False
     for chunk in chunks:
-        parts = (tail + chunk).split(b"\n")
-        tail = parts.pop()
-        yield from parts
-    if tail:
-        yield tail
+        parts = chunk.split(b"\n")
+        if len(parts) == 1:
+            tail, too_long = _grow(tail, parts[0], limit, too_long)
+            continue
+        first, tail_too_long = _grow(tail, parts[0], limit, too_long)
+        yield None if tail_too_long else first
+        yield from parts[1:-1]
+        tail, too_long = _grow(b"", parts[-1], limit, False)
+    if tail or too_long:
+        yield None if too_long else tail
+
+
+def _grow(tail: bytes, more: bytes, limit: int, too_long: bool) -> tuple[bytes, bool]:
+    if too_long or len(tail) + len(more) > limit:
+        return b"", True
+    return tail + more, False
 
 
 class JsonlSource:
-    def fingerprint_and_plan(
-        self, path: str, config: PrepareConfig
-    ) -> tuple[InputInfo, list[WorkUnit]]:
-        compression = compression_of(path)
-        if compression is None:
-            return plan_byte_ranges(path, "jsonl", config, _after_newline)
-        # A compressed stream cannot be entered mid-way: the whole file is one unit.
-        size = storage.size(path)
-        info = InputInfo(path=path, format="jsonl", size=size, sha256=storage.sha256_of(path))
-        return info, [WorkUnit(0, 0, path, "jsonl", 0, size, 1)]
+    def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
+        if compression_of(path) is not None:
+            return [(0, info.size)] if info.size else []
+        return byte_ranges(info.size, config.unit_bytes)
 
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
-        compression = compression_of(unit.path)
-        if compression is None:
-            lines = read_range(unit).split(b"\n")
-            if lines and not lines[-1]:
-                lines.pop()
-        else:
-            lines = _lines(_decompressed_chunks(unit.path, compression))
-        for number, line in enumerate(lines, start=unit.first_line):
-            if number == 1 and line.startswith(BOM):
-                line = line[len(BOM) :]
-            text = _parse_line(line, unit.path, number, config.text_field, tally)
-            if text is not None:
-                yield text
+    def read(
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
+    ) -> Iterator[Document]:
+        limit = _LINE_LIMIT_FACTOR * config.max_document_bytes
+        with storage.open_raw(unit.path) as f:
+            compression = compression_of(unit.path)
+            if compression is not None:
+                lines = _lines(_decompressed_chunks(f, unit.path, compression, digest), limit)
+                first_offset = 0
+            else:
+                reader = RangeReader(f, unit, digest, count_newlines=True)
+                first = reader.first_line_start()
+                if first is None:
+                    return
+                lines = _lines(_owned_lines(reader, first), limit)
+                # Newlines between the range's start and its first line: the one just before it.
+                first_offset = 1 if first else 0
+            for offset, line in enumerate(lines, start=first_offset):
+                if line is None:
+                    tally.reject(Reject(LINE_TOO_LONG, unit.path, f"longer than {limit} bytes", line=offset))
+                    continue
+                if unit.start == 0 and offset == 0 and line.startswith(BOM):
+                    line = line[len(BOM) :]
+                text = _parse_line(line, unit.path, offset, config.text_field, tally)
+                if text is not None:
+                    yield from documents_of_text(text, config.max_document_bytes, tally)
 
 
-def _after_newline(buf: bytes, at_eof: bool) -> int | None:
-    del at_eof
-    newline = buf.find(b"\n")
-    return None if newline < 0 else newline + 1
+def _owned_lines(reader: RangeReader, first: int) -> Iterator[bytes]:
+    """The range from its first line start, then past its end up to the end of its last line."""
+    region = reader.own[first:]
+    yield region
+    if region.endswith(b"\n"):
+        return
+    while more := reader.read_past():
+        newline = more.find(b"\n")
+        if newline >= 0:
+            yield more[:newline]
+            return
+        yield more
 
 
-def _parse_line(line: bytes, path: str, number: int, field: str, tally: Tally) -> str | None:
+def _parse_line(line: bytes, path: str, offset: int, field: str, tally: Tally) -> str | None:
     if not line.strip():
         tally.count(BLANK_LINES)
         return None
-    location = f"line {number}"
     try:
         record = json.loads(decode_utf8(line, tally))
     except json.JSONDecodeError as e:
         preview = hashlib.sha256(line).hexdigest()[:12]
-        tally.reject(Reject(MALFORMED_JSON, path, location, f"{e.msg} (line sha256 {preview})"))
+        tally.reject(Reject(MALFORMED_JSON, path, f"{e.msg} (line sha256 {preview})", line=offset))
         return None
     if not isinstance(record, dict) or field not in record or record[field] is None:
-        tally.reject(Reject(MISSING_TEXT, path, location, f"no {field!r} field"))
+        tally.reject(Reject(MISSING_TEXT, path, f"no {field!r} field", line=offset))
         return None
     text = record[field]
     if not isinstance(text, str):
-        tally.reject(Reject(NON_STRING_TEXT, path, location, f"{field!r} is {type(text).__name__}"))
+        tally.reject(Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", line=offset))
         return None
     if not text.strip():
         tally.skip(EMPTY)

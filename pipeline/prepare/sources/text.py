@@ -1,43 +1,139 @@
-"""Plain text: documents separated by a separator line, as TinyStories ships them."""
+"""Plain text: documents separated by a separator line, as TinyStories ships them.
+
+A document starts at the file's start or right after a separator line, and a unit owns the
+documents that follow the separator lines starting in its byte range (unit 0 also owns the first
+document). The last one usually ends a little past the range; one that runs on for longer than
+`max_document_bytes` is cut into pieces as it is read, so no document is ever held whole.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline.prepare.documents import EMPTY, Tally, decode_utf8
-from pipeline.prepare.sources.base import plan_byte_ranges, read_range, separator_regex, split_at_separator_lines
+from pipeline import storage
+from pipeline.prepare.documents import (
+    CUT_DOCUMENTS,
+    DOCUMENT_PIECES,
+    EMPTY,
+    Document,
+    DocumentPiece,
+    Tally,
+    cut_point,
+    decode_utf8,
+)
+from pipeline.prepare.sources.base import (
+    ContentDigest,
+    RangeReader,
+    byte_ranges,
+    separator_regex,
+    split_at_separator_lines,
+)
 from pipeline.prepare.units import WorkUnit
-from schemas.manifest import InputInfo, PrepareConfig
+from pipeline.storage import FileInfo
+from schemas.manifest import PrepareConfig
+
+
+def _could_be_separator(line: bytes, separator: bytes) -> bool:
+    """Whether an unfinished line may still turn out to be a separator line."""
+    rest = line.lstrip(b" \t")
+    if len(rest) <= len(separator):
+        return separator.startswith(rest)
+    return rest.startswith(separator) and not rest[len(separator) :].strip(b" \t\r")
 
 
 class TextSource:
-    """A document is the text between separator lines with surrounding whitespace stripped.
+    def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
+        return byte_ranges(info.size, config.unit_bytes)
 
-    Units are cut right after a separator line, so no document spans two units.
+    def read(
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
+    ) -> Iterator[Document]:
+        separator = config.separator.encode("utf-8")
+        with storage.open_raw(unit.path) as f:
+            reader = RangeReader(f, unit, digest, count_newlines=False)
+            first = reader.first_line_start()
+            if first is None:
+                return
+            region = reader.own[first:]
+            # Finish the line that crosses the range's end while it may be a separator line: only
+            # a separator line that starts in the range can end a document here.
+            last_line = region[region.rfind(b"\n") + 1 :]
+            rest, at_eof = b"", False
+            while not region.endswith(b"\n") and _could_be_separator(last_line, separator):
+                more = reader.read_past()
+                at_eof = not more
+                newline = more.find(b"\n")
+                if at_eof or newline >= 0:
+                    region += more[: newline + 1] if newline >= 0 else b""
+                    rest = more[newline + 1 :] if newline >= 0 else b""
+                    break
+                region += more
+                last_line += more
+            pieces = split_at_separator_lines(region, config.separator)
+            owned = pieces if unit.start == 0 else pieces[1:]
+            if not owned:
+                return
+            for piece in owned[:-1]:
+                yield from _emit(piece, tally)
+            # The last document runs on past the region, up to the next separator line if any.
+            head = owned[-1][1:-1] if len(pieces) == 1 else owned[-1][:-1]
+            yield from _finish(bytearray(head + rest), reader, config, tally, at_eof=at_eof)
+
+
+def _finish(
+    buf: bytearray, reader: RangeReader, config: PrepareConfig, tally: Tally, *, at_eof: bool
+) -> Iterator[Document]:
+    """The document whose bytes begin `buf` (at a line start), read on to the next separator line.
+
+    A document still unfinished past `max_document_bytes` is cut at a whitespace (see `cut_point`)
+    and handed on in pieces, so memory stays bounded however long it runs.
     """
+    pattern = separator_regex(config.separator)
+    separator = config.separator.encode("utf-8")
+    limit = config.max_document_bytes
+    scanned = 0  # no separator line starts in buf[:scanned], except maybe its last line
+    pieces = 0
+    while True:
+        prefix = b"\n" if not pieces else b""  # a cut piece does not start a line
+        start = max(0, len(prefix) + buf.rfind(b"\n", 0, scanned))
+        match = pattern.search(prefix + buf + (b"\n" if at_eof else b""), start)
+        end = None if match is None else max(match.start() - len(prefix), 0)
+        last_line = buf[buf.rfind(b"\n") + 1 :]
+        settled = end is not None or at_eof or not _could_be_separator(last_line, separator)
+        if (len(buf) if end is None else end) > limit and settled:
+            cut = cut_point(buf, 0, limit)
+            yield from _emit(bytes(buf[:cut]), tally, piece=pieces, more=True)
+            del buf[:cut]
+            pieces += 1
+            scanned = 0
+            continue
+        if end is not None:
+            yield from _emit(bytes(buf[:end]), tally, piece=pieces)
+            return
+        if at_eof:
+            yield from _emit(bytes(buf), tally, piece=pieces, trailing=True)
+            return
+        scanned = len(buf)
+        more = reader.read_past()
+        at_eof = not more
+        buf += more
 
-    def fingerprint_and_plan(
-        self, path: str, config: PrepareConfig
-    ) -> tuple[InputInfo, list[WorkUnit]]:
-        pattern = separator_regex(config.separator)
 
-        def boundary_after(buf: bytes, at_eof: bool) -> int | None:
-            # `buf` starts at a line start; the cut goes right after the separator's newline.
-            match = pattern.search(b"\n" + buf + (b"\n" if at_eof else b""))
-            return None if match is None else match.end()
+def _emit(
+    data: bytes, tally: Tally, *, piece: int = 0, more: bool = False, trailing: bool = False
+) -> Iterator[Document]:
+    """A whole document, or piece number `piece` of a cut one (`more`: pieces follow).
 
-        return plan_byte_ranges(path, "text", config, boundary_after)
-
-    def read(self, unit: WorkUnit, config: PrepareConfig, tally: Tally) -> Iterator[str]:
-        pieces = split_at_separator_lines(read_range(unit), config.separator)
-        # What follows the last separator is a document only if it holds text: a file that
-        # ends with a separator line has nothing after it, and that is no skipped document.
-        last = pieces.pop()
-        if last.strip():
-            pieces.append(last)
-        for piece in pieces:
-            text = decode_utf8(piece, tally).strip()
-            if text:
-                yield text
-            else:
-                tally.skip(EMPTY)
+    `trailing`: the text after the file's last separator, which is no skipped document when blank.
+    """
+    text = decode_utf8(data, tally)
+    if not piece and not more:
+        if text.strip():
+            yield text.strip()
+        elif not trailing:
+            tally.skip(EMPTY)
+        return
+    if not piece:
+        tally.count(CUT_DOCUMENTS)
+    tally.count(DOCUMENT_PIECES)
+    yield DocumentPiece(text.lstrip() if not piece else text if more else text.rstrip(), first=not piece)

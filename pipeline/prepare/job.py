@@ -1,0 +1,182 @@
+"""Running the units' pipeline under watch: it stops on a failure, restarts after a lost worker, and
+never hangs.
+
+Beam's in-process runner neither retries a bundle whose worker process died nor fails it: the run
+waits forever. It also reports a failed bundle only after the other workers finish their share. So
+locally the pipeline runs in a child process, which the launcher stops, with its worker processes,
+as soon as a unit failure is recorded, or every unit is (Beam's teardown does no work we need), and
+starts again on the units not done when a worker process or the child itself dies, a bounded number
+of times. Units are idempotent, so the output is the same bytes as an uninterrupted run's. The child
+stays in the launcher's process group and dies with the launcher, so no job outlives its launcher.
+
+On a remote runner the runner owns its workers (Dataflow retries a lost worker's bundles); the
+launcher only watches for failures and cancels the job when one is recorded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import signal
+import time
+import traceback
+from collections.abc import Callable
+
+import psutil
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+
+from pipeline.prepare import beam_job
+from pipeline.prepare.failures import any_failure
+from pipeline.prepare.units import WorkUnit
+from pipeline.prepare.worker import RunContext
+
+RESTARTS = 3
+_LOCAL_POLL_SECONDS = 0.2
+_REMOTE_POLL_SECONDS = 5.0
+_WORKER_MODULE = "sdk_worker_main"
+_PR_SET_PDEATHSIG = 1
+
+
+class JobError(RuntimeError):
+    """The pipeline itself failed (not a unit: those are recorded as unit failures)."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the launcher dies, however it dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # elsewhere a killed launcher leaves its job to finish its units
+
+
+def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors) -> None:
+    _die_with_parent()
+    try:
+        beam_job.run_units(units, context, options)
+    except BaseException as e:
+        errors.send((f"{type(e).__name__}: {e}", traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+def _stop(process: multiprocessing.Process) -> None:
+    """Kills the job and every process it started (Beam's worker processes)."""
+    try:
+        tree = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    process.kill()
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    process.join()
+
+
+class _Workers:
+    """The job's SDK worker processes; a death among them while units remain means a lost bundle."""
+
+    def __init__(self, job_pid: int):
+        self._job = psutil.Process(job_pid)
+        self._seen: dict[int, psutil.Process] = {}
+
+    def lost(self) -> bool:
+        try:
+            for process in self._job.children(recursive=True):
+                if process.pid not in self._seen and _WORKER_MODULE in " ".join(process.cmdline()):
+                    self._seen[process.pid] = process
+        except psutil.Error:
+            pass  # the job is exiting; its exit code tells the rest
+        return any(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in self._seen.values())
+
+
+def _start_method() -> str:
+    """Forking skips a second import of Beam, but only a single-threaded process forks safely (a
+    thread holding a lock at the fork holds it forever in the child); else a fresh interpreter."""
+    return "fork" if psutil.Process().num_threads() == 1 else "spawn"
+
+
+def _watch_local(
+    units: list[WorkUnit],
+    context: RunContext,
+    options: PipelineOptions,
+    finished: Callable[[], set[int]],
+    tick: Callable[[], None],
+) -> str:
+    """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
+    start = multiprocessing.get_context(_start_method())
+    receive, send = start.Pipe(duplex=False)
+    process = start.Process(target=_child, args=(units, context, options, send), daemon=False)
+    process.start()
+    send.close()
+    workers = _Workers(process.pid)
+    wanted = {u.index for u in units}
+    try:
+        while True:
+            if any_failure(context.failures_dir):
+                return "failed"
+            if wanted <= finished():
+                return "done"
+            if not process.is_alive():
+                break
+            if workers.lost():
+                return "lost"
+            tick()
+            time.sleep(_LOCAL_POLL_SECONDS)
+    finally:
+        _stop(process)
+    if any_failure(context.failures_dir):
+        return "failed"
+    if receive.poll():
+        try:
+            message, details = receive.recv()
+        except EOFError:
+            pass
+        else:
+            raise JobError(f"the pipeline failed: {message}", details)
+    if wanted <= finished():
+        return "done"
+    if process.exitcode == 0:
+        missing = sorted(wanted - finished())
+        raise JobError(f"the pipeline ended, but units {missing[:10]} left no record")
+    return "lost"  # killed by a signal (the kernel's out-of-memory killer, say)
+
+
+def run_local(
+    units: list[WorkUnit],
+    context: RunContext,
+    options: PipelineOptions,
+    finished: Callable[[], set[int]],
+    tick: Callable[[], None],
+) -> int:
+    """Runs every unit, restarting on the units not done after a loss; returns the restarts made.
+    `finished` lists the units recorded so far; `tick` is called while waiting."""
+    restarts = 0
+    while True:
+        outcome = _watch_local(units, context, options, finished, tick)
+        if outcome != "lost":
+            return restarts
+        if restarts == RESTARTS:
+            raise JobError(f"worker processes died {restarts + 1} times; rerun to resume")
+        restarts += 1
+        done = finished()
+        units = [u for u in units if u.index not in done]
+
+
+def run_remote(
+    units: list[WorkUnit], context: RunContext, options: PipelineOptions, tick: Callable[[], None]
+) -> None:
+    result = beam_job.start_units(units, context, options)
+    while not PipelineState.is_terminal(result.state):
+        if any_failure(context.failures_dir):
+            result.cancel()
+            return
+        tick()
+        time.sleep(_REMOTE_POLL_SECONDS)
+    if result.state != PipelineState.DONE and not any_failure(context.failures_dir):
+        raise JobError(f"the pipeline ended in state {result.state}; see the runner's logs")

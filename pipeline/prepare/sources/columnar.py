@@ -1,0 +1,203 @@
+"""Columnar files with a text column: Parquet, and Arrow IPC (what `datasets.save_to_disk` writes).
+
+Units are row ranges, sized from the text column's bytes in the file's metadata (Parquet's footer;
+an Arrow file's record batch headers), cut inside large row groups so that no unit is larger than
+about `--unit-bytes`. A worker streams its rows in small batches, never a whole row group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import storage
+from pipeline.prepare.documents import (
+    EMPTY,
+    MISSING_TEXT,
+    NON_STRING_TEXT,
+    Document,
+    Reject,
+    Tally,
+    documents_of_text,
+)
+from pipeline.prepare.sources.base import ContentDigest, SourceError
+from pipeline.prepare.units import WorkUnit
+from pipeline.storage import FileInfo
+from schemas.manifest import PrepareConfig
+
+_BATCH_ROWS = 1024
+# Parquet column chunks are read through a buffer of this size, not whole.
+_READ_BUFFER = 4 * 2**20
+_NULL = b"\xff" * 8  # no UTF-8 length prefix is this
+
+
+def row_ranges(groups: list[tuple[int, int]], unit_bytes: int) -> list[tuple[int, int]]:
+    """Row ranges of about `unit_bytes` from (rows, bytes) per group: small groups are joined, a
+    group larger than a unit is split into equal row ranges."""
+    ranges: list[tuple[int, int]] = []
+    start = row = pending = 0
+    for rows, size in groups:
+        if size > unit_bytes:
+            if row > start:
+                ranges.append((start, row))
+            parts = min(math.ceil(size / unit_bytes), rows)
+            bounds = [row + rows * i // parts for i in range(parts + 1)]
+            ranges += [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+            row += rows
+            start, pending = row, 0
+            continue
+        if pending and pending + size > unit_bytes:
+            ranges.append((start, row))
+            start, pending = row, 0
+        row += rows
+        pending += size
+    if row > start:
+        ranges.append((start, row))
+    return ranges
+
+
+def _add_to_digest(values: list[Any], digest: ContentDigest) -> None:
+    for value in values:
+        if isinstance(value, str):
+            data = value.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little") + data)
+        else:
+            digest.update(_NULL if value is None else repr(value).encode())
+
+
+def documents_from_values(
+    values: list[Any], first_row: int, path: str, field: str, config: PrepareConfig, tally: Tally
+) -> Iterator[Document]:
+    for row, text in enumerate(values, start=first_row):
+        if text is None:
+            tally.reject(Reject(MISSING_TEXT, path, f"{field!r} is null", row=row))
+        elif not isinstance(text, str):
+            tally.reject(Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", row=row))
+        elif not text.strip():
+            tally.skip(EMPTY)
+        else:
+            yield from documents_of_text(text, config.max_document_bytes, tally)
+
+
+def _column_index(schema: pa.Schema, path: str, field: str) -> int:
+    if field not in schema.names:
+        raise SourceError(f"{path}: no column {field!r} (columns: {schema.names}); pass --text-field")
+    return schema.names.index(field)
+
+
+def _open_parquet(f: Any, path: str) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(f, buffer_size=_READ_BUFFER, pre_buffer=False)
+    except Exception as e:  # pyarrow raises several types for a file that is not Parquet
+        raise SourceError(f"{path}: not a readable Parquet file: {e}") from None
+
+
+def _read_rows(unit: WorkUnit, batches: Iterator[tuple[int, pa.RecordBatch]], field: str) -> Iterator[list]:
+    """Values of `field` for the unit's rows, from batches tagged with their first row."""
+    for first, batch in batches:
+        if first >= unit.end:
+            return
+        last = first + batch.num_rows
+        if last <= unit.start:
+            continue
+        lo, hi = max(unit.start - first, 0), min(unit.end, last) - first
+        yield batch.column(field).slice(lo, hi - lo).to_pylist()
+
+
+class _ColumnarSource:
+    """Rows in order, in batches; subclasses say how a file's groups and batches are found."""
+
+    def open(self, path: str) -> Any:
+        return storage.open_raw(path)
+
+    def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+        raise NotImplementedError
+
+    def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
+        with self.open(path) as f:
+            return row_ranges(self.groups(f, path, config.text_field), config.unit_bytes)
+
+    def read(
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
+    ) -> Iterator[Document]:
+        row = unit.start
+        with self.open(unit.path) as f:
+            for values in _read_rows(unit, self.batches(f, unit, config.text_field), config.text_field):
+                _add_to_digest(values, digest)
+                yield from documents_from_values(values, row, unit.path, config.text_field, config, tally)
+                row += len(values)
+        if row != unit.end:
+            raise SourceError(f"{unit.path}: expected rows up to {unit.end}, found {row}; did the file change?")
+
+
+class ParquetSource(_ColumnarSource):
+    def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
+        metadata = _open_parquet(f, path).metadata
+        column = _column_index(metadata.schema.to_arrow_schema(), path, field)
+        return [
+            (metadata.row_group(i).num_rows, metadata.row_group(i).column(column).total_uncompressed_size)
+            for i in range(metadata.num_row_groups)
+        ]
+
+    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+        parquet = _open_parquet(f, unit.path)
+        _column_index(parquet.schema_arrow, unit.path, field)
+        first, needed = 0, []
+        for i in range(parquet.metadata.num_row_groups):
+            rows = parquet.metadata.row_group(i).num_rows
+            if first < unit.end and first + rows > unit.start:
+                needed.append((i, first))
+            first += rows
+        for group, first in needed:
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=[field]):
+                yield first, batch
+                first += batch.num_rows
+
+
+def _arrow_reader(f: Any, path: str) -> pa.RecordBatchReader:
+    try:
+        return pa.ipc.open_stream(f)
+    except pa.ArrowInvalid:
+        f.seek(0)
+        try:
+            return pa.ipc.open_file(f)
+        except pa.ArrowInvalid as e:
+            raise SourceError(f"{path}: not a readable Arrow IPC file: {e}") from None
+
+
+def _arrow_batches(f: Any, path: str) -> Iterator[pa.RecordBatch]:
+    reader = _arrow_reader(f, path)
+    if isinstance(reader, pa.ipc.RecordBatchFileReader):
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        yield from reader
+
+
+class ArrowSource(_ColumnarSource):
+    """Planning walks the record batch headers: through a memory map, a local file's column data is
+    never read for it (elsewhere the file is read once)."""
+
+    def open(self, path: str) -> Any:
+        return pa.memory_map(path) if storage.is_local(path) else storage.open_raw(path)
+
+    def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
+        groups = []
+        for batch in _arrow_batches(f, path):
+            column = _column_index(batch.schema, path, field)
+            groups.append((batch.num_rows, batch.column(column).nbytes))
+        return groups
+
+    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+        first = 0
+        for batch in _arrow_batches(f, unit.path):
+            _column_index(batch.schema, unit.path, field)
+            yield first, batch
+            first += batch.num_rows

@@ -1,0 +1,327 @@
+"""What workers get: the sdist Beam ships, the pins the launcher stages, and runs from an install.
+
+The editable install of the dev environment hides packaging mistakes (a module or an asset left out
+of the sdist works here and fails on Dataflow), so the slow tests install the sdist into a clean
+environment and run prepare from it, in-process and through Beam's portable runner with an external
+worker pool, and compare the bytes with a run from the source tree.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.stager import REQUIREMENTS_FILE, WORKFLOW_TARBALL_FILE, Stager
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from conftest import tree_bytes
+from pipeline.prepare import worker_environment
+from pipeline.prepare.worker_environment import (
+    package_versions,
+    staging_options,
+    version_mismatch,
+    worker_requirements,
+)
+from schemas import formats
+
+if TYPE_CHECKING:
+    from worker_venv import WorkerVenv
+
+pytest_plugins = ("worker_venv",)  # the sdist and the clean environment, shared by every module
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What a prepare worker imports (setup.py's base), and what only other roles need.
+PREPARE_PACKAGES = {"apache-beam", "array-record", "tiktoken", "pyarrow", "zstandard", "numpy", "jsonschema"}
+NOT_FOR_WORKERS = {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "matplotlib", "grain", "datasets", "pandas"}
+DATAFLOW = ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/tmp"]
+# Several units and both splits from a 300-story corpus.
+PREPARE_ARGS = ["--unit-bytes", "16384", "--validation-fraction", "0.1"]
+RUN_TIMEOUT_S = 300
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    return dict(line.split("==") for line in lines)
+
+
+# --- the sdist ---
+
+
+def test_sdist_holds_every_module_and_asset(worker_sdist):
+    with tarfile.open(worker_sdist) as tar:
+        shipped = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    patterns = ["pipeline/**/*.py", "schemas/*.py", "model/**/*.py", "train/**/*.py", "schemas/*.json"]
+    found = [path for pattern in patterns for path in glob.glob(os.path.join(REPO, pattern), recursive=True)]
+    expected = {os.path.relpath(path, REPO) for path in found}
+    expected |= {"pipeline/assets/r50k_base.tiktoken", "pipeline/assets/r50k_base.LICENSE", "setup.py"}
+    assert len(expected) > 40
+    assert sorted(expected - shipped) == []
+
+
+# --- pins and versions ---
+
+
+def test_worker_requirements_pin_the_base_and_what_it_needs_at_the_installed_versions():
+    pins = _pins(worker_requirements())
+    assert PREPARE_PACKAGES <= set(pins)
+    assert not NOT_FOR_WORKERS & set(pins)
+    assert "tokshards" not in pins, "the workers build tokshards from the staged sdist"
+    for name, version in pins.items():
+        assert importlib.metadata.version(name) == version
+    # Closed: what each pinned package requires is pinned, but for Beam's own dependencies,
+    # which come with its container (grpcio and protobuf are reached through nothing else).
+    for name in set(pins) - {"apache-beam"}:
+        for line in importlib.metadata.requires(name) or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                assert canonicalize_name(requirement.name) in pins, f"{name} needs {requirement.name}"
+    assert not {"grpcio", "protobuf"} & set(pins)
+
+
+def test_worker_requirements_add_an_extra_only_when_asked():
+    base, hf = _pins(worker_requirements()), _pins(worker_requirements(["hf"]))
+    assert set(base) < set(hf)
+    assert {"datasets", "huggingface-hub", "pandas"} <= set(hf) - set(base)
+    assert not {"jax", "grain"} & set(hf)
+    with pytest.raises(ValueError, match=r"unknown extras \['trian'\].*declares \[.*'train'"):
+        worker_requirements(["trian"])
+
+
+def test_package_versions_are_the_installed_ones():
+    versions = package_versions()
+    assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
+    for name in ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "zstandard"):
+        assert versions[name] == importlib.metadata.version(name)
+    # Optional packages appear only where installed; the dev environment has them.
+    assert versions["datasets"] == importlib.metadata.version("datasets")
+
+
+LAUNCHER = {"python": "3.11.7", "tiktoken": "0.14.0", "numpy": "2.4.6", "datasets": "5.2.0"}
+
+
+@pytest.mark.parametrize(
+    "worker, expected",
+    [
+        (LAUNCHER, None),
+        ({**LAUNCHER, "python": "3.11.9"}, None),  # a container's patch release
+        ({k: v for k, v in LAUNCHER.items() if k != "datasets"}, None),  # workers without the hf extra
+        ({**LAUNCHER, "tiktoken": "0.9.0"}, "tiktoken 0.9.0 (expected 0.14.0)"),
+        ({**LAUNCHER, "python": "3.12.1"}, "python 3.12.1 (expected 3.11.7)"),
+        ({**LAUNCHER, "datasets": "4.0.0"}, "datasets 4.0.0 (expected 5.2.0)"),
+        (
+            {**LAUNCHER, "tiktoken": "0.9.0", "numpy": "not installed"},
+            "tiktoken 0.9.0 (expected 0.14.0), numpy not installed (expected 2.4.6)",
+        ),
+        ({k: v for k, v in LAUNCHER.items() if k != "numpy"}, "numpy missing (expected 2.4.6)"),
+    ],
+)
+def test_version_mismatch(worker, expected):
+    assert version_mismatch(LAUNCHER, worker) == expected
+
+
+# --- staging ---
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--runner=DirectRunner"],
+        ["--runner=FnApiRunner"],
+        ["--runner=PrismRunner"],
+        ["--runner=PortableRunner", "--environment_type=LOOPBACK"],
+        [*DATAFLOW, "--sdk_container_image=gcr.io/p/prepare:1"],
+    ],
+)
+def test_nothing_is_staged_for_workers_in_the_launchers_processes_or_a_custom_container(args, tmp_path):
+    assert staging_options(args, str(tmp_path)) == []
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_remote_run_stages_this_checkout_and_the_pins_without_a_requirements_cache(tmp_path):
+    added = staging_options(DATAFLOW, str(tmp_path), ["hf"])
+    requirements = str(tmp_path / worker_environment.REQUIREMENTS_NAME)
+    setup_file = os.path.join(REPO, "setup.py")
+    assert added == [f"--setup_file={setup_file}", f"--requirements_file={requirements}", "--requirements_cache=skip"]
+    lines = open(requirements).read().splitlines()
+    assert lines[0].startswith("#") and lines[1:] == worker_requirements(["hf"])
+    assert staging_options(DATAFLOW + added, str(tmp_path / "again")) == [], "what is set is left alone"
+
+
+@pytest.mark.parametrize(
+    "user, added_flags",
+    [
+        (["--setup_file=/src/setup.py"], ["--requirements_file", "--requirements_cache"]),
+        (["--requirements_file=/r.txt"], ["--setup_file"]),
+        (["--requirements_cache=/cache"], ["--setup_file", "--requirements_file"]),
+    ],
+)
+def test_options_the_user_set_are_left_alone(user, added_flags, tmp_path):
+    added = staging_options(DATAFLOW + user, str(tmp_path))
+    assert [a.split("=")[0] for a in added] == added_flags
+
+
+def test_the_requirements_command_prints_the_staged_file(capsys):
+    assert worker_environment.main(["--extra", "hf"]) == 0
+    assert capsys.readouterr().out == worker_environment.requirements_text(["hf"])
+
+
+def test_beams_stager_builds_the_sdist_and_downloads_nothing_with_the_staged_options(tmp_path):
+    work, staging = tmp_path / "work", tmp_path / "staging"
+    work.mkdir()
+    staging.mkdir()
+    added = staging_options(["--runner=PortableRunner", "--job_endpoint=localhost:1"], str(work))
+    resources = Stager.create_job_resources(PipelineOptions(added), str(staging), log_submission_env_dependencies=False)
+    staged = {name: src for src, name, _ in Stager.extract_staging_tuple_iter(resources)}
+    # Only the sdist and the pins: no wheel was downloaded to be uploaded.
+    assert sorted(staged) == sorted([WORKFLOW_TARBALL_FILE, REQUIREMENTS_FILE])
+    assert open(staged[REQUIREMENTS_FILE]).read().splitlines()[1:] == worker_requirements()
+
+
+# --- runs from the installed sdist ---
+
+
+@pytest.fixture(scope="module")
+def corpus(worker_venv, tmp_path_factory) -> str:
+    """Written by the installed package's own `corpus` command."""
+    path = str(tmp_path_factory.mktemp("corpus") / "stories.txt")
+    command = ["-m", "pipeline", "corpus", "--output", path, "--stories", "300"]
+    result = worker_venv.run(command, cwd=os.path.dirname(path), timeout=60)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def _outputs(root: str) -> dict[str, bytes]:
+    """Everything but run_info.json, which alone may differ between equal runs."""
+    files = tree_bytes(root)
+    files.pop(formats.RUN_INFO_NAME)
+    return files
+
+
+def _prepare(python: str, corpus: str, output: str, *beam_args: str, cwd: str, env: dict | None = None) -> None:
+    argv = [python, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, *PREPARE_ARGS, *beam_args]
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def _evaluate(venv: WorkerVenv, module: str, expression: str, *, cwd: str):
+    """The JSON value of `expression`, evaluated in `venv` from `cwd` after `import module`."""
+    result = venv.run(["-c", f"import json, {module}; print(json.dumps({expression}))"], cwd=cwd, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _module_origin(venv: WorkerVenv, cwd: str) -> str:
+    return _evaluate(venv, "pipeline.prepare.worker", "pipeline.prepare.worker.__file__", cwd=cwd)
+
+
+@pytest.mark.slow
+def test_worker_install_is_the_base_at_the_launchers_versions(worker_venv, tmp_path):
+    listing = "{d.metadata['Name']: d.version for d in importlib.metadata.distributions()}"
+    installed = _evaluate(worker_venv, "importlib.metadata", listing, cwd=str(tmp_path))
+    installed = {canonicalize_name(name): version for name, version in installed.items()}
+    assert not NOT_FOR_WORKERS & set(installed)
+    for name, version in _pins(worker_requirements()).items():
+        assert installed.get(name) == version, name
+    module = "pipeline.prepare.worker_environment"
+    worker_versions = _evaluate(worker_venv, module, f"{module}.package_versions()", cwd=str(tmp_path))
+    assert version_mismatch(package_versions(), worker_versions) is None
+
+
+@pytest.mark.slow
+def test_an_installed_launcher_needs_a_setup_file_or_a_container_for_remote_workers(worker_venv, tmp_path):
+    code = f"from pipeline.prepare.worker_environment import staging_options as s; s({DATAFLOW!r}, '.')"
+    result = worker_venv.run(["-c", code], cwd=str(tmp_path), timeout=60)
+    assert result.returncode == 1
+    message = result.stderr.strip().splitlines()[-1]
+    assert "no setup.py" in message and "--setup_file=" in message and "--sdk_container_image=" in message
+
+
+@pytest.mark.slow
+def test_installed_sdist_prepares_the_same_bytes_as_the_source_tree(worker_venv, corpus, tmp_path):
+    # Same interpreter and packages: only where `pipeline` comes from differs.
+    outside = str(tmp_path)
+    assert _module_origin(worker_venv, outside).startswith(worker_venv.root + os.sep)
+    assert _module_origin(worker_venv, REPO).startswith(REPO + os.sep)
+    _prepare(worker_venv.python, corpus, str(tmp_path / "installed"), cwd=outside, env=worker_venv.env())
+    _prepare(worker_venv.python, corpus, str(tmp_path / "source"), cwd=REPO, env=worker_venv.env())
+    installed, source = _outputs(str(tmp_path / "installed")), _outputs(str(tmp_path / "source"))
+    assert sorted(installed) == sorted(source)
+    assert installed == source
+    manifest = json.loads(installed[formats.MANIFEST_NAME])
+    assert manifest["num_units"] > 3 and {s["split"] for s in manifest["shards"]} == {"train", "validation"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the worker pool exited ({process.returncode}) before listening on {port}")
+        try:
+            socket.create_connection(("localhost", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"the worker pool did not listen on port {port} within {timeout} s")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Ctrl-C, on which the pool stops its server and its workers; then its whole group if it hangs."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def worker_pool(worker_venv, tmp_path) -> Iterator[str]:
+    """Beam's worker pool in the clean environment: it starts SDK workers with `python` from PATH,
+    from its own directory, outside the checkout, so they run the installed sdist."""
+    port = _free_port()
+    with open(tmp_path / "worker_pool.log", "w") as log:
+        pool = subprocess.Popen(
+            [worker_venv.python, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+            cwd=str(tmp_path),
+            env=worker_venv.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group, so a hung pool is killed with its workers
+        )
+        try:
+            _wait_for_port(port, pool, timeout=60)
+            yield f"localhost:{port}"
+        finally:
+            _stop(pool)
+
+
+@pytest.mark.slow
+def test_portable_runner_on_an_external_worker_pool_writes_the_direct_runners_bytes(worker_pool, corpus, tmp_path):
+    # The launcher runs from the checkout, as for Dataflow: it builds the sdist, stages the pins,
+    # and plans and writes the manifest with its own packages; the workers run the installed sdist.
+    portable = str(tmp_path / "portable")
+    external = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL"]
+    _prepare(sys.executable, corpus, portable, *external, f"--environment_config={worker_pool}", cwd=REPO)
+    _prepare(sys.executable, corpus, str(tmp_path / "direct"), cwd=REPO)
+    assert "Starting worker" in open(tmp_path / "worker_pool.log").read(), "the pool ran no SDK worker"
+    assert _outputs(portable) == _outputs(str(tmp_path / "direct"))
