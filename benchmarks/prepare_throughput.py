@@ -8,7 +8,9 @@ Three figures on the same corpus, as tokens/s:
 - nanoGPT-style: a Hugging Face `datasets` map with `num_proc` = cores, then the ids written to
   a uint16 memmap, as nanoGPT's `prepare.py` does.
 
-Usage: python benchmarks/prepare_throughput.py [--megabytes 400] [--workdir /tmp/bench]
+Usage: python benchmarks/prepare_throughput.py [--megabytes 400] [--workdir /tmp/bench] [--check]
+
+`--check` exits non-zero when prepare runs below 0.85 of the raw limit.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pipeline.corpus import write_corpus  # noqa: E402
 from pipeline.tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
 
 STORIES_PER_MB = 3400  # measured ratio of the generator's output; only sizes the corpus
+GOAL = 0.85
 
 
 def cpu_model() -> str:
@@ -112,11 +115,12 @@ def nanogpt_style(docs: list[str], output: str, processes: int) -> tuple[int, fl
     return total, time.perf_counter() - start
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=int, default=400)
     parser.add_argument("--workdir", default="/tmp/prepare_bench")
     parser.add_argument("--skip-nanogpt", action="store_true")
+    parser.add_argument("--check", action="store_true", help=f"exit non-zero below {GOAL} of the raw limit")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     corpus = os.path.join(args.workdir, "stories.txt")
@@ -141,7 +145,12 @@ def main() -> None:
     for name, tokens, seconds in rows:
         rate = tokens / seconds
         print(f"{name:52} {tokens:>12} {seconds:>8.2f} {rate / 1e6:>9.2f}M {rate / raw_rate:>7.2f}")
+    ratio = rows[1][1] / rows[1][2] / raw_rate
+    if args.check and ratio < GOAL:
+        print(f"below goal: prepare runs at {ratio:.2f} of the raw limit (goal {GOAL})", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

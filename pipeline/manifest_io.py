@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
@@ -16,6 +18,15 @@ def read_manifest(data_dir: str) -> Manifest:
     if not storage.exists(path):
         raise ManifestError(f"{data_dir} has no {formats.MANIFEST_NAME}; is it a prepared directory?")
     return Manifest.from_json(storage.read_text(path))
+
+
+def shard_sizes(data_dir: str) -> dict[str, int]:
+    """Relative shard path -> size of the files in the split directories, from one listing per split."""
+    sizes = {}
+    for split in formats.SPLITS:
+        for path, size in storage.sizes_in(storage.join(data_dir, split)).items():
+            sizes[f"{split}/{os.path.basename(path)}"] = size
+    return sizes
 
 
 def read_records(data_dir: str, manifest: Manifest, split: str, limit: int | None = None) -> list[np.ndarray]:

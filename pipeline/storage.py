@@ -64,8 +64,16 @@ def file_info(path: str) -> FileInfo:
     return FileInfo(metadata.size_in_bytes, f"updated:{metadata.last_updated_in_seconds!r}")
 
 
-def size(path: str) -> int:
-    return file_info(path).size
+def sizes_in(directory: str) -> dict[str, int]:
+    """Full path -> size of every file directly under a directory, from one listing (an object store
+    answers a listing with sizes: one request per thousand objects, not one per object)."""
+    if is_local(directory):
+        if not os.path.isdir(directory):
+            return {}
+        with os.scandir(directory) as entries:
+            return {e.path: e.stat().st_size for e in entries if e.is_file()}
+    pattern = join(escape_glob(directory), "*")
+    return {m.path: m.size_in_bytes for m in FileSystems.match([pattern])[0].metadata_list}
 
 
 def open_raw(path: str) -> BinaryIO:

@@ -7,18 +7,15 @@ import sys
 
 from pipeline import storage
 from pipeline.integrity import shard_problems
-from pipeline.manifest_io import read_manifest
+from pipeline.manifest_io import read_manifest, shard_sizes
 from schemas.manifest import Manifest, ManifestError
 
 
 def problems(data_dir: str, manifest: Manifest) -> list[str]:
-    def size_of(relative: str) -> int | None:
-        path = storage.join(data_dir, relative)
-        return storage.size(path) if storage.exists(path) else None
-
+    sizes = shard_sizes(data_dir)
     found = shard_problems(
         manifest.shards,
-        size_of=size_of,
+        size_of=sizes.get,
         open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
         hashes=True,
     )

@@ -17,6 +17,9 @@ from pipeline.prepare import launcher  # noqa: E402
 from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 
+# Fixtures shared by several modules: the hub stand-in, the clean worker environment.
+pytest_plugins = ("hub_standin", "worker_venv")
+
 # One worker in-process: fast to start. Determinism tests compare it with multi-process runs.
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

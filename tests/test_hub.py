@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hub_standin import HubStandIn, hub  # noqa: F401  (`hub` is the fixture)
+from hub_standin import HubStandIn
 from huggingface_hub import HfFileSystem
 
 from pipeline.prepare.hub import HubError, hub_file_size, open_hub_file, resolve_hub_dataset

@@ -12,13 +12,9 @@ import glob
 import importlib.metadata
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -40,7 +36,6 @@ from schemas import formats
 if TYPE_CHECKING:
     from worker_venv import WorkerVenv
 
-pytest_plugins = ("worker_venv",)  # the sdist and the clean environment, shared by every module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -265,63 +260,44 @@ def test_installed_sdist_prepares_the_same_bytes_as_the_source_tree(worker_venv,
     assert manifest["num_units"] > 3 and {s["split"] for s in manifest["shards"]} == {"train", "validation"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the worker pool exited ({process.returncode}) before listening on {port}")
-        try:
-            socket.create_connection(("localhost", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"the worker pool did not listen on port {port} within {timeout} s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Ctrl-C, on which the pool stops its server and its workers; then its whole group if it hangs."""
-    process.send_signal(signal.SIGINT)
+# One shell run in a new user and network namespace, where the only network is a loopback
+# interface: Beam's worker pool (and the runner's own gRPC servers) bind every interface, and there
+# that means the loopback alone. The pool starts SDK workers with `python` from PATH, from its own
+# directory outside the checkout, so they run the installed sdist; the launcher runs from the
+# checkout, as for Dataflow: it builds the sdist, stages the pins, plans and writes the manifest.
+_POOL_SCRIPT = """
+set -e
+ip link set lo up
+(cd "$POOL_DIR" && PATH="$VENV_BIN:$PATH" exec "$VENV_BIN/python" -m apache_beam.runners.worker.worker_pool_main \\
+    --service_port=50000 > "$POOL_DIR/worker_pool.log" 2>&1) &
+pool=$!
+trap 'kill -INT $pool 2>/dev/null; sleep 1; kill -KILL $pool 2>/dev/null || true' EXIT
+"$LAUNCHER" -c 'import socket, time
+for _ in range(300):
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
-@pytest.fixture
-def worker_pool(worker_venv, tmp_path) -> Iterator[str]:
-    """Beam's worker pool in the clean environment: it starts SDK workers with `python` from PATH,
-    from its own directory, outside the checkout, so they run the installed sdist."""
-    port = _free_port()
-    with open(tmp_path / "worker_pool.log", "w") as log:
-        pool = subprocess.Popen(
-            [worker_venv.python, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-            cwd=str(tmp_path),
-            env=worker_venv.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group, so a hung pool is killed with its workers
-        )
-        try:
-            _wait_for_port(port, pool, timeout=60)
-            yield f"localhost:{port}"
-        finally:
-            _stop(pool)
+        socket.create_connection(("127.0.0.1", 50000), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.2)
+else:
+    raise SystemExit("the worker pool did not listen within a minute")'
+cd "$REPO" && "$LAUNCHER" -m pipeline prepare "$@"
+"""
 
 
 @pytest.mark.slow
-def test_portable_runner_on_an_external_worker_pool_writes_the_direct_runners_bytes(worker_pool, corpus, tmp_path):
-    # The launcher runs from the checkout, as for Dataflow: it builds the sdist, stages the pins,
-    # and plans and writes the manifest with its own packages; the workers run the installed sdist.
+def test_portable_runner_on_an_external_worker_pool_writes_the_direct_runners_bytes(worker_venv, corpus, tmp_path):
     portable = str(tmp_path / "portable")
-    external = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL"]
-    _prepare(sys.executable, corpus, portable, *external, f"--environment_config={worker_pool}", cwd=REPO)
+    external = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+                "--environment_config=127.0.0.1:50000"]
+    env = dict(os.environ, POOL_DIR=str(tmp_path), VENV_BIN=os.path.dirname(worker_venv.python),
+               LAUNCHER=sys.executable, REPO=REPO)
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--net", "sh", "-c", _POOL_SCRIPT, "pool",
+         "--input", corpus, "--output", portable, *PREPARE_ARGS, *external],
+        env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
     _prepare(sys.executable, corpus, str(tmp_path / "direct"), cwd=REPO)
     assert "Starting worker" in open(tmp_path / "worker_pool.log").read(), "the pool ran no SDK worker"
     assert _outputs(portable) == _outputs(str(tmp_path / "direct"))

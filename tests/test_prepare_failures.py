@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -178,7 +177,7 @@ def test_unit_records_of_another_plan_are_redone(tmp_path):
     os.makedirs(os.path.join(state, formats.UNITS_DIR))
     with open(os.path.join(state, formats.PLAN_NAME), "w") as f:
         f.write(launcher_plan.to_json())
-    forged = UnitResult(0, "0" * 64, (), {}, {}, "0" * 64, 0, {})
+    forged = UnitResult(0, "0" * 64, (), {}, {}, "0" * 64, 0, {}, 0)
     with open(os.path.join(state, formats.UNITS_DIR, "00000.json"), "w") as f:
         f.write(forged.to_json())
     manifest = launcher.run(args)

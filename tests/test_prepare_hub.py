@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 from conftest import decoded_documents, run_prepare, sample_documents, write_parquet
-from hub_standin import hub  # noqa: F401  (the fixture)
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +27,7 @@ def _repo(root, docs: list[str]) -> str:
     return str(root)
 
 
-def test_a_hub_dataset_is_read_pinned_by_worker_processes(hub, tmp_path, encoding):  # noqa: F811
+def test_a_hub_dataset_is_read_pinned_by_worker_processes(hub, tmp_path, encoding):
     sha = hub.commit("org/stories", _repo(tmp_path / "v1", DOCS))
     out = str(tmp_path / "out")
     args = ["--format", "hf", "--input", "org/stories", "--output", out, "--unit-bytes", "4096"]
@@ -47,7 +46,7 @@ def test_a_hub_dataset_is_read_pinned_by_worker_processes(hub, tmp_path, encodin
     assert data_reads and all(r.range for r in data_reads)
 
 
-def test_a_rerun_reads_the_commit_the_run_pinned(hub, tmp_path, encoding):  # noqa: F811
+def test_a_rerun_reads_the_commit_the_run_pinned(hub, tmp_path, encoding):
     first = hub.commit("org/stories", _repo(tmp_path / "v1", DOCS))
     out = str(tmp_path / "out")
     args = ["--unit-bytes", "4096", "--format", "hf", "--hf-split", "train"]

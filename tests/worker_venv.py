@@ -3,8 +3,8 @@
 The sdist is the one Beam's own stager builds from setup.py for `--setup_file`; it is installed
 with the base requirements only, pinned by constraints.txt, into a new virtual environment that
 does not see the dev one, and commands run from outside the checkout, so no module can come from
-the source tree. A test module uses the fixtures with `pytest_plugins = ("worker_venv",)`, which
-registers them once, so every module shares one sdist and one environment.
+the source tree. conftest.py registers the fixtures, so every module shares one sdist and one
+environment.
 """
 
 from __future__ import annotations

@@ -63,13 +63,11 @@ def build_manifest(plan: Plan, results: dict[int, UnitResult], launcher_versions
     if missing:
         raise FinalizeError(f"cannot write the manifest: units {missing[:10]} have not finished")
     ordered = [results[u.index] for u in plan.units]
+    unit_digests: dict[int, list[str]] = collections.defaultdict(list)
+    for unit in plan.units:
+        unit_digests[unit.input_index].append(results[unit.index].digest)
     inputs = tuple(
-        InputInfo(
-            path=item.path,
-            format=item.format,
-            size=item.size,
-            digest=_input_digest([results[u.index].digest for u in plan.units_of(i)]),
-        )
+        InputInfo(path=item.path, format=item.format, size=item.size, digest=_input_digest(unit_digests[i]))
         for i, item in enumerate(plan.inputs)
     )
     shards = tuple(
@@ -122,7 +120,8 @@ def write_outputs(output_dir: str, plan: Plan, run_info: dict, launcher_versions
     results = finished_units(output_dir)
     manifest = build_manifest(plan, results, launcher_versions)
     _write_rejects(output_dir, plan, results)
-    info = {**run_info, **plan_identity_record(plan)}
+    peak = max((r.peak_rss_bytes for r in results.values()), default=0)
+    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak}
     storage.write_bytes_atomic(
         storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     )

@@ -162,7 +162,11 @@ def _pinned(url: str) -> Iterator[HfFileSystem]:
 
 def _dataset_info(repo_id: str, revision: str | None) -> DatasetInfo:
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     try:
         return HfApi().dataset_info(repo_id, revision=revision)
@@ -239,7 +243,9 @@ def _check_name(url: str, builder_name: str, where: str) -> None:
 
 def _network_errors() -> tuple[type[Exception], ...]:
     from huggingface_hub.errors import OfflineModeIsEnabled
-    from huggingface_hub.utils import httpx  # the HTTP client huggingface_hub raises errors of
+    from huggingface_hub.utils import (
+        httpx,  # the HTTP client huggingface_hub raises errors of
+    )
 
     return (OfflineModeIsEnabled, httpx.TransportError)
 

@@ -172,11 +172,15 @@ def run_remote(
     units: list[WorkUnit], context: RunContext, options: PipelineOptions, tick: Callable[[], None]
 ) -> None:
     result = beam_job.start_units(units, context, options)
-    while not PipelineState.is_terminal(result.state):
-        if any_failure(context.failures_dir):
-            result.cancel()
-            return
-        tick()
-        time.sleep(_REMOTE_POLL_SECONDS)
+    try:
+        while not PipelineState.is_terminal(result.state):
+            if any_failure(context.failures_dir):
+                result.cancel()
+                return
+            tick()
+            time.sleep(_REMOTE_POLL_SECONDS)
+    except KeyboardInterrupt:
+        result.cancel()  # a stopped launcher leaves no job behind; a rerun resumes
+        raise
     if result.state != PipelineState.DONE and not any_failure(context.failures_dir):
         raise JobError(f"the pipeline ended in state {result.state}; see the runner's logs")

@@ -20,10 +20,21 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
+from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
 from pipeline.prepare.failures import read_failures, remote_failures_dir
-from pipeline.prepare.finalize import FinalizeError, finished_unit_indices, finished_units, write_outputs
-from pipeline.prepare.output_dir import COMPLETE, OutputError, earlier_hub_revisions, prepare_output_dir
+from pipeline.prepare.finalize import (
+    FinalizeError,
+    finished_unit_indices,
+    finished_units,
+    write_outputs,
+)
+from pipeline.prepare.output_dir import (
+    COMPLETE,
+    OutputError,
+    earlier_hub_revisions,
+    prepare_output_dir,
+)
 from pipeline.prepare.planning import Plan, make_plan
 from pipeline.prepare.progress import Progress, format_count, format_duration
 from pipeline.prepare.sources import SourceError
@@ -98,20 +109,15 @@ def _bytes_read() -> int:
         return 0
 
 
-def is_complete(result: UnitResult, output_dir: str) -> bool:
+def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
     """A unit is done if its record exists and every shard it names is there at its size."""
-    for shard in result.shards:
-        path = storage.join(output_dir, shard.path)
-        if not storage.exists(path) or storage.size(path) != shard.bytes:
-            return False
-    return True
+    return all(sizes.get(shard.path) == shard.bytes for shard in result.shards)
 
 
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
     """Runs the units not done yet; returns what run_info.json records of it."""
-    done = {
-        i: r for i, r in finished_units(output_dir).items() if r.plan == plan.fingerprint() and is_complete(r, output_dir)
-    }
+    sizes = shard_sizes(output_dir)
+    done = {i: r for i, r in finished_units(output_dir).items() if r.plan == plan.fingerprint() and is_complete(r, sizes)}
     pending = [u for u in plan.units if u.index not in done]
     print(
         f"prepare: {len(plan.inputs)} inputs, {len(plan.units)} units ({len(done)} already done), "
@@ -210,8 +216,6 @@ def run(argv: list[str] | None = None) -> Manifest:
             **ran,
             "host": platform.node(),
             "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            # Local worker processes are the launcher's children.
-            "local_workers_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         }
         manifest = write_outputs(output_dir, plan, run_info, package_versions())
     except (FinalizeError, OSError) as e:

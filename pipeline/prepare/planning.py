@@ -55,9 +55,6 @@ class Plan:
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
 
-    def units_of(self, input_index: int) -> list[WorkUnit]:
-        return [u for u in self.units if u.input_index == input_index]
-
     def to_json(self) -> str:
         return json.dumps(
             {

@@ -59,6 +59,7 @@ class UnitResult:
     digest: str
     newlines: int
     package_versions: dict[str, str]
+    peak_rss_bytes: int
 
     @property
     def tokens(self) -> int:

@@ -10,8 +10,10 @@ have left behind.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import resource
 
 import numpy as np
 import tiktoken
@@ -21,7 +23,13 @@ from pipeline.prepare.documents import BAD_FILE, DocumentPiece, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
 from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.prepare.sources.base import ContentDigest
-from pipeline.prepare.units import UnitResult, WorkUnit, unit_record_name, unit_rejects_name
+from pipeline.prepare.units import (
+    UnitResult,
+    WorkUnit,
+    unit_record_name,
+    unit_rejects_name,
+)
+from pipeline.prepare.worker_environment import package_versions
 from pipeline.tokenizer import encode_documents, load_encoding
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
@@ -180,6 +188,9 @@ class _UnitWriter:
         self._batches += 1
 
 
+_worker_versions = functools.cache(package_versions)
+
+
 def check_unchanged(unit: WorkUnit) -> None:
     info = storage.file_info(unit.path)
     if (info.size, info.version) != (unit.size, unit.version):
@@ -226,7 +237,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         counts=dict(sorted(tally.counts.items())),
         digest=digest.hexdigest(),
         newlines=digest.newlines,
-        package_versions=context.package_versions,
+        package_versions=_worker_versions(),
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux counts KiB
     )
     storage.write_bytes_atomic(
         storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()

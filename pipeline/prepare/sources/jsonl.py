@@ -28,7 +28,13 @@ from pipeline.prepare.documents import (
     decode_utf8,
     documents_of_text,
 )
-from pipeline.prepare.sources.base import BOM, ContentDigest, RangeReader, SourceError, byte_ranges
+from pipeline.prepare.sources.base import (
+    BOM,
+    ContentDigest,
+    RangeReader,
+    SourceError,
+    byte_ranges,
+)
 from pipeline.prepare.units import WorkUnit
 from pipeline.storage import FileInfo
 from schemas.manifest import PrepareConfig
