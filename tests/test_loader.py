@@ -28,7 +28,7 @@ def prepared(tmp_path_factory) -> str:
 
 
 def config(data_dir: str, **overrides) -> LoaderConfig:
-    base = dict(seq_len=32, global_batch_size=4, process_index=0, process_count=1)
+    base = dict(seq_len=32, global_batch_size=4, shard_index=0, shard_count=1)
     return LoaderConfig(data_dir, **{**base, **overrides})
 
 
@@ -47,7 +47,7 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
 def host_stream(data_dir: str, *, seed: int, index: int, count: int, epoch: int = 0) -> np.ndarray:
     """One epoch of a host's tokens, in the order the shuffle says, read independently of the loader."""
     records = read_records(data_dir)
-    order = host_records(grain.MapDataset.range(len(records)), seed=seed, process_index=index, process_count=count)
+    order = host_records(grain.MapDataset.range(len(records)), seed=seed, shard_index=index, shard_count=count)
     return np.concatenate([records[order[epoch * len(order) + j]] for j in range(len(order))])
 
 
@@ -64,12 +64,79 @@ def test_same_config_gives_the_same_batches_and_the_seed_changes_them(prepared):
     assert not np.array_equal(a[0]["inputs"], c[0]["inputs"])
 
 
+@pytest.fixture(scope="module")
+def long_documents(tmp_path_factory) -> tuple[str, list[np.ndarray]]:
+    """Short documents among documents three to ten times longer than a record (64 tokens)."""
+    rng = np.random.default_rng(1)
+    lengths = [int(n) for n in rng.integers(1, 40, 400)]
+    for at in rng.choice(len(lengths), 40, replace=False):
+        lengths[at] = int(rng.integers(3 * 64, 10 * 64))
+    documents = unique_documents(lengths)
+    out = str(tmp_path_factory.mktemp("long"))
+    write_prepared(out, {"train": documents}, record_tokens=64, num_shards=3)
+    return out, documents
+
+
+def document_of(documents: list[np.ndarray]):
+    """Token id -> index of its document (ids count up across documents, EOT excluded)."""
+    firsts = np.array([d[0] for d in documents])
+    return lambda ids: np.searchsorted(firsts, ids, side="right") - 1
+
+
+def test_concat_never_runs_one_document_into_another_and_keeps_long_ones_contiguous(long_documents):
+    data_dir, documents = long_documents
+    stream = windows_of(list(make_dataset(config(data_dir, num_epochs=1))))
+    doc = document_of(documents)
+    words = stream != EOT_ID
+    pairs = words[:-1] & words[1:]
+    # Two words side by side are consecutive tokens of one document: a different document is
+    # always behind an end-of-text id.
+    np.testing.assert_array_equal(doc(stream[1:][pairs]), doc(stream[:-1][pairs]))
+    np.testing.assert_array_equal(stream[1:][pairs], stream[:-1][pairs] + 1)
+    position = {int(t): i for i, t in enumerate(stream) if t != EOT_ID}
+    long_ones = [d for d in documents if len(d) > 3 * 64]
+    whole = [d for d in long_ones if int(d[0]) in position and int(d[-1]) in position]
+    assert len(whole) >= len(long_ones) - 1  # only the dropped tail may cut one
+    for d in whole:
+        at = position[int(d[0])]
+        np.testing.assert_array_equal(stream[at : at + len(d)], d)
+        assert stream[at + len(d)] == EOT_ID and (at == 0 or stream[at - 1] == EOT_ID)
+
+
+def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_documents):
+    data_dir, documents = long_documents
+    seq_len = 48
+    batches = list(make_dataset(config(data_dir, num_epochs=1, packing="document", seq_len=seq_len)))
+    doc = document_of(documents)
+    pieces: dict[int, list[tuple[int, int]]] = {}
+    for b in batches:
+        for row in range(b["inputs"].shape[0]):
+            ids = b["segment_ids"][row]
+            for sid in np.unique(ids[ids > 0]):
+                inputs, targets = b["inputs"][row][ids == sid], b["targets"][row][ids == sid]
+                # The end-of-text id alone is the last piece of a long document, the one of its input.
+                d = int(doc([inputs[0] if targets[0] == EOT_ID else targets[0]])[0])
+                offset = len(documents[d]) if targets[0] == EOT_ID else int(targets[0] - documents[d][0])
+                # A first piece follows an end-of-text id; a later one, the token before it in its document.
+                assert inputs[0] == (EOT_ID if offset == 0 else documents[d][offset - 1])
+                pieces.setdefault(d, []).append((offset, len(targets)))
+    # The pieces of a document tile it, end-of-text id included: all but the last are seq_len long.
+    # Only the document running into the dropped last batch may lack its tail.
+    cut = 0
+    for d, found in pieces.items():
+        found.sort()
+        assert [o for o, _ in found] == [k * seq_len for k in range(len(found))]
+        cut += sum(n for _, n in found) != len(documents[d]) + 1
+    assert cut <= 1
+    assert sum(len(found) > 1 for found in pieces.values()) >= 30
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
 def test_hosts_read_disjoint_parts_that_cover_the_split(prepared, count):
     all_tokens = np.concatenate(read_records(prepared))
     seen = []
     for index in range(count):
-        cfg = config(prepared, global_batch_size=4 * count, process_index=index, process_count=count, num_epochs=1)
+        cfg = config(prepared, global_batch_size=4 * count, shard_index=index, shard_count=count, num_epochs=1)
         assert host_batch_size(cfg) == 4
         windows = windows_of(list(make_dataset(cfg)))
         stream = host_stream(prepared, seed=0, index=index, count=count)
@@ -107,26 +174,50 @@ def test_document_packing_on_files(prepared):
         np.testing.assert_array_equal(starts & (b["segment_ids"] > 0), changes & (b["segment_ids"] > 0))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("packing", ["concat", "document"])
-def test_restore_continues_exactly(prepared, packing, workers):
-    total = 12
-    reference = take(make_iterator(config(prepared, packing=packing)), total)
-    it = make_iterator(config(prepared, packing=packing, worker_count=workers))
-    restored = make_iterator(config(prepared, packing=packing, worker_count=workers))
+def states_and_batches(cfg: LoaderConfig, n: int) -> tuple[list[dict], list[dict]]:
+    """The iterator's state before each of its first `n` batches (JSON round-tripped), and the batches."""
+    it = make_iterator(cfg)
     try:
-        batches, states = [], [json.loads(json.dumps(it.get_state()))]
-        for _ in range(total):
-            batches.append(next(it))
+        states, batches = [], []
+        for _ in range(n):
             states.append(json.loads(json.dumps(it.get_state())))
-        # Prefetch workers change where the work runs, never the batches.
-        assert_same(batches, reference)
-        for point in (7, 0, 3, 11):
-            restored.set_state(states[point])
-            assert_same(take(restored, total - point), reference[point:])
+            batches.append(next(it))
+        return states, batches
     finally:
         it.close()
-        restored.close()
+
+
+@pytest.mark.parametrize("packing", ["concat", "document"])
+def test_restore_continues_exactly(prepared, packing):
+    states, reference = states_and_batches(config(prepared, packing=packing), 12)
+    restored = make_iterator(config(prepared, packing=packing))
+    for point in (7, 0, 3, 11):
+        restored.set_state(states[point])
+        assert_same(take(restored, 12 - point), reference[point:])
+
+
+def test_state_and_batches_do_not_depend_on_the_worker_count(prepared):
+    # Document packing: its state (a chunk index and a segment offset) is the richer one. Every
+    # start of prefetch workers costs seconds, so each worker count restores at one or two points.
+    states, reference = states_and_batches(config(prepared, packing="document"), 12)
+    two = make_iterator(config(prepared, packing="document", worker_count=2))
+    try:
+        saved = []
+        for want in reference:
+            saved.append(json.loads(json.dumps(two.get_state())))
+            assert_same([next(two)], [want])
+        assert saved == states
+        # Saved with 2 workers, restored with 0 and 1; saved with 0, restored with 2.
+        for workers, points in ((0, (9, 2, 5)), (1, (4,))):
+            restored = make_iterator(config(prepared, packing="document", worker_count=workers))
+            for point in points:
+                restored.set_state(saved[point])
+                assert_same(take(restored, 12 - point), reference[point:])
+            restored.close()
+        two.set_state(states[6])
+        assert_same(take(two, 6), reference[6:])
+    finally:
+        two.close()
 
 
 def test_restore_through_an_orbax_checkpoint_manager(prepared, tmp_path):
@@ -198,9 +289,9 @@ def test_bad_configs_are_refused_when_built(prepared, overrides, message):
     "overrides,message",
     [
         (dict(split="validation"), "no 'validation' split"),
-        (dict(global_batch_size=6, process_count=4), "not divisible by the 4 processes"),
-        (dict(process_index=2, process_count=2, global_batch_size=4), "process_index must be in"),
-        (dict(process_count=1000, global_batch_size=1000), "fewer than the 1000 processes"),
+        (dict(global_batch_size=6, shard_count=4), "not divisible by the 4 parts"),
+        (dict(shard_index=2, shard_count=2, global_batch_size=4), "shard_index must be in"),
+        (dict(shard_count=1000, global_batch_size=1000), "fewer than the 1000 parts"),
         (dict(seq_len=10_000, num_epochs=1), "fewer than one global batch"),
     ],
 )
@@ -216,7 +307,7 @@ def test_the_loader_imports_neither_beam_nor_jax(prepared):
         "import sys; sys.modules['apache_beam'] = None; sys.modules['jax'] = None\n"
         "import pipeline.load, pipeline.load.batches\n"
         "config = pipeline.load.LoaderConfig(sys.argv[1], seq_len=8, global_batch_size=2, "
-        "process_index=0, process_count=1)\n"
+        "shard_index=0, shard_count=1)\n"
         "assert next(pipeline.load.make_iterator(config))['inputs'].shape == (2, 8)\n"
     )
     subprocess.run([sys.executable, "-c", code, prepared], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))

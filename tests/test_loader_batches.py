@@ -33,13 +33,13 @@ def loader_batches(data_dir: str, take: int | None, **kw) -> list[dict[str, np.n
 @pytest.mark.parametrize("packing", ["concat", "document"])
 def test_batches_writes_what_host_i_of_n_trains_on(prepared, tmp_path, packing):
     out = str(tmp_path / "b.npz")
-    argv = [prepared, "--seq-len", "16", "--batch-size", "6", "--process-index", "1", "--process-count", "3"]
+    argv = [prepared, "--seq-len", "16", "--batch-size", "6", "--shard-index", "1", "--shard-count", "3"]
     assert main([*argv, "--seed", "4", "--packing", packing, "--take", "5", "--out", out]) == 0
     arrays = np.load(out)
     names = {"inputs", "targets"} | ({"segment_ids", "positions"} if packing == "document" else set())
     assert set(arrays.files) == names
     expected = loader_batches(
-        prepared, 5, seq_len=16, global_batch_size=6, seed=4, packing=packing, process_index=1, process_count=3
+        prepared, 5, seq_len=16, global_batch_size=6, seed=4, packing=packing, shard_index=1, shard_count=3
     )
     for name in names:
         assert arrays[name].shape == (5, 2, 16) and arrays[name].dtype == np.int32
@@ -50,7 +50,7 @@ def test_batches_take_epoch_writes_exactly_one_epoch(prepared, tmp_path):
     out = str(tmp_path / "e.npz")
     assert main([prepared, "--split", "validation", "--seq-len", "8", "--batch-size", "2", "--take", "epoch", "--out", out]) == 0
     inputs = np.load(out)["inputs"]
-    expected = loader_batches(prepared, None, split="validation", seq_len=8, global_batch_size=2, process_count=1, process_index=0)
+    expected = loader_batches(prepared, None, split="validation", seq_len=8, global_batch_size=2, shard_count=1, shard_index=0)
     assert inputs.shape == (len(expected), 2, 8)
     np.testing.assert_array_equal(inputs, np.stack([b["inputs"] for b in expected]))
     # Validation ids start at 100000: no train token in it.
@@ -60,7 +60,7 @@ def test_batches_take_epoch_writes_exactly_one_epoch(prepared, tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--batch-size", "5", "--process-count", "2"], "not divisible by the 2 processes"),
+        (["--batch-size", "5", "--shard-count", "2"], "not divisible by the 2 parts"),
         (["--seq-len", "0"], "seq_len must be at least 1"),
         (["--split", "test"], "unknown split 'test'"),
     ],
@@ -97,7 +97,7 @@ def test_loader_reads_what_prepare_wrote(tmp_path, encoding):
     tokens = np.concatenate(read_split(out))
     for packing in ("concat", "document"):
         batches = loader_batches(
-            out, None, seq_len=128, global_batch_size=4, packing=packing, process_index=0, process_count=1, worker_count=2
+            out, None, seq_len=128, global_batch_size=4, packing=packing, shard_index=0, shard_count=1, worker_count=2
         )
         targets = np.concatenate([b["targets"].reshape(-1) for b in batches])
         if packing == "document":

@@ -6,19 +6,21 @@ import grain
 import numpy as np
 import pytest
 
-from pipeline.load.host_sharding import host_records, resolve_process
+from pipeline.load.chunks import JoinRecords, TagSource
+from pipeline.load.host_sharding import host_records, resolve_shard
 from pipeline.load.packing import (
+    SOURCE_TOKENS,
     ConcatPackIterDataset,
     DocumentPackIterDataset,
     document_segments,
-    shifted_inputs,
 )
+from schemas.records import encode_record, record_bounds
 
 EOT = 1
 
 
 def epochs_of(total: int, *, seed: int, index: int, count: int, epochs: int) -> list[list[int]]:
-    part = host_records(grain.MapDataset.range(total), seed=seed, process_index=index, process_count=count)
+    part = host_records(grain.MapDataset.range(total), seed=seed, shard_index=index, shard_count=count)
     stream = part.repeat(epochs)
     return [[stream[e * len(part) + j] for j in range(len(part))] for e in range(epochs)]
 
@@ -46,45 +48,46 @@ def test_each_epoch_is_a_new_permutation_and_the_seed_decides_it():
     assert other[0] != one[1] and other[0] != one[0]
 
 
+def test_sources_of_a_mixture_are_shuffled_differently():
+    a, b = (host_records(grain.MapDataset.range(50), seed=0, shard_index=0, shard_count=1, source=s) for s in (0, 1))
+    assert list(a) != list(b)
+
+
 def test_left_out_records_change_between_epochs():
     parts = [epochs_of(10, seed=0, index=i, count=3, epochs=6) for i in range(3)]
     left_out = {frozenset(set(range(10)) - {r for i in range(3) for r in parts[i][e]}) for e in range(6)}
     assert len(left_out) > 1
 
 
-def test_resolve_process_checks_the_index():
-    assert resolve_process(2, 3) == (2, 3)
-    assert resolve_process(None, None) == (0, 1)  # JAX on one CPU process
-    with pytest.raises(ValueError, match="process_index"):
-        resolve_process(3, 3)
+def test_resolve_shard_checks_the_index():
+    assert resolve_shard(2, 3) == (2, 3)
+    assert resolve_shard(None, None) == (0, 1)  # JAX on one CPU process
+    with pytest.raises(ValueError, match="shard_index"):
+        resolve_shard(3, 3)
 
 
-def chunks_of(records: list[np.ndarray], per_chunk: int) -> grain.IterDataset:
-    """The packers' input, as the loader makes it, from records already in host order."""
-    groups = [records[i : i + per_chunk] for i in range(0, len(records), per_chunk)]
-    chunks = [
-        {"tokens": np.concatenate(g).astype(np.uint16), "ends": np.cumsum([len(r) for r in g])} for g in groups
-    ]
-    return grain.MapDataset.source(chunks).to_iter_dataset()
-
-
-def sample_records(seed: int, count: int = 40, record_tokens: int = 50) -> list[np.ndarray]:
-    """Records of unique ascending ids (from 2) with EOTs at document ends, like prepare writes."""
+def sample_records(seed: int, count: int = 120, record_tokens: int = 50) -> list[np.ndarray]:
+    """Records as prepare writes them: whole documents of unique ascending ids (from 2), each ending
+    with EOT; some documents are several times longer than a record. No document is empty, so the
+    token before an EOT is always a word of its document."""
     rng = np.random.default_rng(seed)
-    records, next_id = [], 2
-    for _ in range(count):
-        n = int(rng.integers(5, record_tokens + 1))
-        record = np.arange(next_id, next_id + n)
-        next_id += n
-        ends = rng.random(n) < 0.08
-        ends[-1] = rng.random() < 0.8  # sometimes a long document continues in another record
-        # No empty documents, so that a segment of a lone EOT is a piece of a longer one and the
-        # checks below can place it by its first input.
-        ends[0] = False
-        ends[1:] &= ~ends[:-1]
-        record[ends] = EOT
-        records.append(record)
-    return records
+    lengths = [int(n) for n in rng.integers(2, 25, count)]
+    for at in rng.choice(count, count // 15, replace=False):
+        lengths[at] = int(rng.integers(record_tokens, 4 * record_tokens))
+    documents, next_id = [], 2
+    for n in lengths:
+        documents.append(np.append(np.arange(next_id, next_id + n - 1), EOT))
+        next_id += n - 1
+    stream = np.concatenate(documents)
+    bounds = record_bounds(lengths, record_tokens)
+    return [stream[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def chunks_of(records: list[np.ndarray], per_chunk: int, sources: list[int] | None = None) -> grain.IterDataset:
+    """The packers' input, made as the loader makes it, from records already in host order."""
+    sources = sources or [0] * len(records)
+    tagged = [TagSource(s)(encode_record(r, "uint32")) for s, r in zip(sources, records)]
+    return grain.MapDataset.source(tagged).batch(per_chunk, batch_fn=JoinRecords("uint32")).to_iter_dataset()
 
 
 @pytest.mark.parametrize("per_chunk", [1, 3, 100])
@@ -96,28 +99,29 @@ def test_concat_windows_are_the_token_stream_in_order(per_chunk):
     window = seq_len + 1
     assert len(batches) == len(stream) // (rows * window)
     for b, batch in enumerate(batches):
+        assert batch.keys() == {"inputs", "targets"}
         assert batch["inputs"].dtype == np.int32 and batch["inputs"].shape == (rows, seq_len)
         expected = stream[b * rows * window : (b + 1) * rows * window].reshape(rows, window)
         np.testing.assert_array_equal(batch["inputs"], expected[:, :-1])
         np.testing.assert_array_equal(batch["targets"], expected[:, 1:])
 
 
-def test_document_segments_cut_at_eot_records_and_seq_len():
-    tokens = np.array([5, 6, EOT, 7, 8, 9, 10, 11, EOT, 12, 13])
-    ends = np.array([9, 11])
-    starts, stops = document_segments(tokens, ends, eot_id=EOT, seq_len=4)
-    assert list(zip(starts.tolist(), stops.tolist())) == [(0, 3), (3, 7), (7, 9), (9, 11)]
-    np.testing.assert_array_equal(shifted_inputs(tokens, ends, eot_id=EOT), [EOT, 5, 6, EOT, 7, 8, 9, 10, 11, EOT, 12])
+def test_document_segments_cut_at_end_of_text_and_seq_len():
+    tokens = np.array([5, 6, EOT, 7, 8, 9, 10, 11, EOT, 12, 13, EOT, EOT])
+    starts, stops = document_segments(tokens, eot_id=EOT, seq_len=4)
+    assert list(zip(starts.tolist(), stops.tolist())) == [(0, 3), (3, 7), (7, 9), (9, 12), (12, 13)]
 
 
-def check_document_batch(batch: dict[str, np.ndarray], seq_len: int) -> list[np.ndarray]:
+def check_document_batch(batch: dict[str, np.ndarray], seq_len: int) -> list[tuple[int, np.ndarray]]:
     """Checks one batch's invariants; returns its segments' (first input, targets)."""
+    assert all(batch[name].dtype == np.int32 for name in ("inputs", "targets", "segment_ids", "positions"))
     segments = []
     for row in range(batch["inputs"].shape[0]):
         ids = batch["segment_ids"][row]
         used = int(np.count_nonzero(ids))
         assert (ids[used:] == 0).all(), "padding only at the end of a row"
         assert (batch["inputs"][row, used:] == 0).all() and (batch["targets"][row, used:] == 0).all()
+        assert (batch["positions"][row, used:] == 0).all()
         assert list(np.unique(ids[:used])) == list(range(1, int(ids[:used].max(initial=0)) + 1))
         assert (np.diff(ids[:used]) >= 0).all()
         for sid in np.unique(ids[:used]):
@@ -126,31 +130,32 @@ def check_document_batch(batch: dict[str, np.ndarray], seq_len: int) -> list[np.
             np.testing.assert_array_equal(batch["positions"][row, at], np.arange(len(at)))
             np.testing.assert_array_equal(inputs[1:], targets[:-1])
             assert EOT not in targets[:-1], "a segment holds one document"
-            segments.append((inputs[0], targets))
+            segments.append((int(inputs[0]), targets))
     return segments
 
 
-@pytest.mark.parametrize("rows,seq_len", [(1, 16), (4, 16), (3, 64)])
-def test_document_packing_keeps_documents_whole_and_every_token_once(rows, seq_len):
+@pytest.mark.parametrize("rows,seq_len,per_chunk", [(1, 16, 4), (4, 16, 1), (4, 16, 4), (3, 64, 7)])
+def test_document_packing_keeps_documents_whole_and_every_token_once(rows, seq_len, per_chunk):
     records = sample_records(1)
-    batches = list(DocumentPackIterDataset(chunks_of(records, 4), rows=rows, seq_len=seq_len, eot_id=EOT))
+    batches = list(DocumentPackIterDataset(chunks_of(records, per_chunk), rows=rows, seq_len=seq_len, eot_id=EOT))
     assert batches
     segments = [s for batch in batches for s in check_document_batch(batch, seq_len)]
     # Segments are consecutive slices of the stream, each a document or a seq_len piece of one.
     stream = np.concatenate(records)
-    record_starts = set(np.cumsum([0] + [len(r) for r in records]).tolist())
+    document_starts = set((np.flatnonzero(stream == EOT) + 1).tolist()) | {0}
     position = {int(t): i for i, t in enumerate(stream) if t != EOT}
     seen = []
     for first_input, targets in segments:
-        if (targets == EOT).all():
-            start = position[int(first_input)] + 1
+        if (targets == EOT).all():  # the last piece of a long document: the EOT alone
+            start = position[first_input] + 1
         else:
             first = next(int(t) for t in targets if t != EOT)
             start = position[first] - list(targets).index(first)
         np.testing.assert_array_equal(stream[start : start + len(targets)], targets)
         end = start + len(targets)
-        assert first_input == (EOT if start in record_starts else stream[start - 1])
-        assert targets[-1] == EOT or len(targets) == seq_len or end in record_starts
+        # Only a document's first piece follows an end-of-text id; a later one continues its document.
+        assert first_input == (EOT if start in document_starts else stream[start - 1])
+        assert targets[-1] == EOT or len(targets) == seq_len
         seen.append((start, end))
     seen.sort()
     assert all(a[1] <= b[0] for a, b in zip(seen, seen[1:])), "a token packed twice"
@@ -181,3 +186,24 @@ def test_packers_continue_exactly_after_set_state(packing):
                 np.testing.assert_array_equal(got[name], want[name])
         with pytest.raises(StopIteration):
             next(restored)
+
+
+@pytest.mark.parametrize("packing", ["concat", "document"])
+def test_packers_count_the_target_tokens_of_each_source(packing):
+    records = sample_records(3)
+    sources = [i % 3 for i in range(len(records))]
+    source_of = {int(t): s for r, s in zip(records, sources) for t in r if t != EOT}
+    chunks = chunks_of(records, 4, sources)
+    if packing == "concat":
+        ds = ConcatPackIterDataset(chunks, rows=2, seq_len=9, source_count=3)
+    else:
+        ds = DocumentPackIterDataset(chunks, rows=2, seq_len=9, eot_id=EOT, source_count=3)
+    batches = list(ds)
+    assert batches
+    for batch in batches:
+        real = np.ones_like(batch["targets"], bool) if packing == "concat" else batch["segment_ids"] > 0
+        targets, inputs = batch["targets"][real], batch["inputs"][real]
+        # An EOT target belongs to the document it ends, whose word is its input.
+        owners = [source_of[int(t if t != EOT else i)] for t, i in zip(targets, inputs)]
+        assert batch[SOURCE_TOKENS].dtype == np.int64
+        np.testing.assert_array_equal(batch[SOURCE_TOKENS], np.bincount(owners, minlength=3))

@@ -1,24 +1,33 @@
-"""load: deterministic, checkpointable per-host training batches from a prepared directory (Grain).
+"""load: deterministic, checkpointable per-host training batches from prepared directories (Grain).
 
 Imports neither Beam nor JAX: a training host needs only Grain, ArrayRecord and `schemas/`.
 """
 
+from pipeline.load.data_spec import DataSource, parse_data_spec
+from pipeline.load.errors import LoaderError
 from pipeline.load.loader import (
     PACKINGS,
     LoaderConfig,
-    LoaderError,
     host_batch_size,
+    make_chunks,
     make_dataset,
     make_iterator,
     open_prepared,
+    open_sources,
 )
+from pipeline.load.packing import SOURCE_TOKENS
 
 __all__ = [
     "PACKINGS",
+    "SOURCE_TOKENS",
+    "DataSource",
     "LoaderConfig",
     "LoaderError",
     "host_batch_size",
+    "make_chunks",
     "make_dataset",
     "make_iterator",
     "open_prepared",
+    "open_sources",
+    "parse_data_spec",
 ]

@@ -1,11 +1,14 @@
 """`batches`: write the batches one host would train on to an .npz, to look at or compare.
 
-    python -m pipeline batches DIR --split train --seq-len 1024 --batch-size 16 \\
-        [--process-index 0 --process-count 1] [--seed 0] [--packing concat|document] \\
+    python -m pipeline batches DATA --split train --seq-len 1024 --batch-size 16 \\
+        [--shard-index 0 --shard-count 1] [--seed 0] [--packing concat|document] \\
         --take 100|epoch --out batches.npz
 
-`--batch-size` is the global batch; the arrays are [K, batch_size / process_count, seq_len].
-`--take epoch` writes exactly the complete batches of one epoch.
+DATA is a data spec: a prepared directory, NAME=WEIGHT:PATH,... or a .json file (see
+pipeline/load/data_spec.py). `--batch-size` is the global batch; the arrays are
+[K, batch_size / shard_count, seq_len]. `--take epoch` writes exactly the complete batches of one
+epoch. For a mixture the .npz also holds "source_tokens" [K, sources], and the realized token
+share of each source is printed.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import sys
 
 import numpy as np
 
+from pipeline.load.data_spec import parse_data_spec
 from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
+from pipeline.load.packing import SOURCE_TOKENS
 
 
 def _take(value: str) -> int | None:
@@ -43,16 +48,25 @@ def collect(config: LoaderConfig, take: int | None) -> dict[str, np.ndarray]:
     return {name: np.stack([b[name] for b in batches]) for name in batches[0]}
 
 
+def realized_mixture(config: LoaderConfig, source_tokens: np.ndarray) -> str:
+    """One line: each source's share of the target tokens, beside the share asked for."""
+    totals = source_tokens.sum(axis=0)
+    asked = sum(s.weight for s in config.sources)
+    return ", ".join(
+        f"{s.name} {n / totals.sum():.4f} (weight {s.weight / asked:.4f})" for s, n in zip(config.sources, totals)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline batches", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("data_dir", help="a prepared directory (holds manifest.json)")
+    parser.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
     parser.add_argument("--split", default="train")
     parser.add_argument("--seq-len", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, required=True, help="global batch size, over all processes")
-    parser.add_argument("--process-index", type=int, default=0)
-    parser.add_argument("--process-count", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, required=True, help="global batch size, over all shards")
+    parser.add_argument("--shard-index", type=int, default=0, help="which part of the global batch to write")
+    parser.add_argument("--shard-count", type=int, default=1, help="equal parts the global batch is split into")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--packing", choices=PACKINGS, default="concat")
     parser.add_argument("--workers", type=int, default=0, help="prefetch worker processes")
@@ -61,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = LoaderConfig(
-            args.data_dir,
+            parse_data_spec(args.data),
             split=args.split,
             seq_len=args.seq_len,
             global_batch_size=args.batch_size,
@@ -69,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             packing=args.packing,
             num_epochs=1 if args.take is None else None,
             worker_count=args.workers,
-            process_index=args.process_index,
-            process_count=args.process_count,
+            shard_index=args.shard_index,
+            shard_count=args.shard_count,
         )
         arrays = collect(config, args.take)
         with open(args.out, "wb") as f:
@@ -80,4 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
     print(f"batches: wrote {', '.join(arrays)} [{shape}] to {args.out}")
+    if SOURCE_TOKENS in arrays:
+        print(f"batches: realized mixture: {realized_mixture(config, arrays[SOURCE_TOKENS])}")
     return 0
