@@ -119,7 +119,7 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
     ref_metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"))
     ref_batch = (jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
 
-    config = TrainConfig(data_dir="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size)
+    config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size)
     model, optimizer = build(config, mesh)
     key = jax.random.key(0)
 
@@ -155,7 +155,7 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
 def mfu(batch_size: int, rounds: int, steps_per_round: int) -> None:
     """MFU of the gpt2 preset in bf16 at sequence 1024, on whatever accelerator is present."""
     model_config = preset("gpt2", dtype="bfloat16")
-    config = TrainConfig(data_dir="-", workdir="-", model=model_config, seq_len=1024, batch_size=batch_size)
+    config = TrainConfig(data="-", workdir="-", model=model_config, seq_len=1024, batch_size=batch_size)
     mesh = make_mesh(())
     model, optimizer = build(config, mesh)
     tokens = np.random.default_rng(0).integers(0, VOCAB, (batch_size, 1025)).astype(np.int32)

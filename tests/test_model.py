@@ -31,7 +31,7 @@ def _model(config: GPTConfig = SMALL) -> tuple[GPT, jax.sharding.Mesh]:
 
 
 def test_steps_decrease_the_loss_on_a_fixed_batch():
-    config = TrainConfig(data_dir="-", workdir="-", model=SMALL, seq_len=32, batch_size=8, warmup_steps=0,
+    config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=32, batch_size=8, warmup_steps=0,
                          learning_rate=3e-3)
     mesh = make_mesh(())
     model, optimizer = build(config, mesh)
@@ -107,7 +107,7 @@ from train.mesh import global_batch
 from train.step import train_step
 from train.trainer import build
 cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=2, num_heads=4, width=64, mlp_width=128)
-config = TrainConfig(data_dir="-", workdir="-", model=cfg, seq_len=32, batch_size=8, warmup_steps=0)
+config = TrainConfig(data="-", workdir="-", model=cfg, seq_len=32, batch_size=8, warmup_steps=0)
 tokens = np.random.default_rng(0).integers(0, 512, (8, 33)).astype(np.int32)
 out = {}
 for shape in [(1, 1), (8, 1), (4, 2)]:

@@ -19,6 +19,7 @@ from model.config import preset
 from pipeline.corpus import write_corpus
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
+from train.run_tokenizer import TOKENIZER_NAME
 from train.sample import sample
 from train.trainer import train
 
@@ -36,7 +37,7 @@ def prepared(tmp_path_factory) -> str:
 
 def _config(prepared: str, workdir: str, **overrides) -> TrainConfig:
     base = TrainConfig(
-        data_dir=prepared, workdir=workdir, model=preset("tiny", **SMALL), steps=8, batch_size=4, seq_len=32,
+        data=prepared, workdir=workdir, model=preset("tiny", **SMALL), steps=8, batch_size=4, seq_len=32,
         warmup_steps=2, learning_rate=3e-3, checkpoint_every=4, eval_every=4, eval_batches=2,
     )
     return dataclasses.replace(base, **overrides)
@@ -93,16 +94,29 @@ def test_changed_settings_are_refused_on_resume(prepared, tmp_path):
     with pytest.raises(ValueError, match="different batch_size"):
         train(_config(prepared, workdir, steps=4, batch_size=8))
     # Without --decay-steps, other --steps would stretch the schedule: refused too.
-    with pytest.raises(ValueError, match="different decay_horizon"):
+    with pytest.raises(ValueError, match="would move the schedule.s horizon from step 3"):
         train(_config(prepared, workdir, steps=4))
 
 
-def test_sample_continues_the_prompt(prepared, tmp_path):
+def test_sample_needs_only_the_workdir(prepared, tmp_path):
+    data = str(tmp_path / "data")
+    shutil.copytree(prepared, data)
     workdir = str(tmp_path / "run")
-    train(_config(prepared, workdir, steps=3))
+    train(_config(data, workdir, steps=3))
+    shutil.rmtree(data)
     text = sample(workdir, "Once upon a time", max_tokens=8, seed=1)
     assert text.startswith("Once upon a time") and len(text) > len("Once upon a time")
     assert text == sample(workdir, "Once upon a time", max_tokens=8, seed=1)
+    # The saved vocabulary hash is checked against the encoding loaded by name.
+    path = os.path.join(workdir, TOKENIZER_NAME)
+    with open(path) as f:
+        record = json.load(f)
+    assert (record["load_as"], record["info"]["name"], record["info"]["n_vocab"]) == ("gpt2", "gpt2", 50257)
+    record["info"]["vocab_sha256"] = "0" * 64
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(ValueError, match="tokenizer 'gpt2' now has vocabulary [0-9a-f]{12}, not the run's 000000000000"):
+        sample(workdir, "Once upon a time", max_tokens=8)
 
 
 def test_cli_errors_are_one_line(tmp_path):
@@ -119,6 +133,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_loader_workers_may_change_on_resume(prepared, uninterrupted, tmp_path):
+    workdir = str(tmp_path / "run")
+    train(_config(prepared, workdir, steps=4, decay_steps=8, loader_workers=0))
+    result = train(_config(prepared, workdir, decay_steps=8, loader_workers=2))
+    np.testing.assert_allclose(_losses(workdir)[0], _losses(uninterrupted[0])[0], rtol=1e-6)
+    assert result["params_sha256"] == uninterrupted[1]["params_sha256"]
 
 
 @pytest.mark.slow

@@ -10,40 +10,57 @@ import dataclasses
 import os
 import sys
 
-from model.config import PRESETS, preset
+from model.config import PRESETS
 
 
-def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m train", description="Train a GPT on a prepared directory.")
-    p.add_argument("--data", required=True, help="a prepared directory (python -m pipeline prepare)")
-    p.add_argument("--workdir", required=True, help="checkpoints, metrics and the config; resumes if present")
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    p.add_argument("--steps", type=int, default=1000, help="total steps to reach (a resumed run continues to it)")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch size, over all processes")
-    p.add_argument("--seq-len", type=int, default=None, help="default: the preset's max_seq_len")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--packing", choices=("concat", "document"), default="concat")
-    p.add_argument("--mesh", default="", help="e.g. data=4,model=2 (default: all devices on data)")
-    p.add_argument("--fsdp", action="store_true", help="also shard parameters along the data axis")
-    p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
-    p.add_argument("--dropout", type=float, default=None)
-    p.add_argument("--width", type=int, default=None, help="override the preset's width (free sizes)")
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--heads", type=int, default=None)
-    p.add_argument("--learning-rate", type=float, default=None)
-    p.add_argument("--warmup-steps", type=int, default=None)
-    p.add_argument("--decay-steps", type=int, default=None,
-                   help="the schedule's horizon (default: --steps); keep it when resuming with other --steps")
-    p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--keep-checkpoints", type=int, default=3)
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--eval-batches", type=int, default=8)
-    p.add_argument("--log-every", type=int, default=1)
-    p.add_argument("--loader-workers", type=int, default=0)
+# Command-line options that are not run settings.
+_LAUNCH = ("coordinator", "num_processes", "process_id")
+
+
+def _train_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The parser and each setting's flag. Settings default to None, so that a resume can tell the
+    flags given from those left out (taken from the saved run)."""
+    p = argparse.ArgumentParser(
+        prog="python -m train",
+        description="Train a GPT on a prepared directory. In a workdir that holds a run, settings not "
+        "given are the saved run's, and given ones must match it (except --steps, --decay-steps, --mesh, "
+        "cadence and --loader-workers).",
+    )
+    flags: dict[str, str] = {}
+
+    def add(flag: str, help: str, **kwargs) -> None:
+        action = p.add_argument(flag, default=None, help=help, **kwargs)
+        flags[action.dest] = flag
+
+    add("--data", "a prepared directory (python -m pipeline prepare), or a mixture: NAME=WEIGHT:PATH,... or a "
+        ".json file; required for a new run")
+    add("--workdir", "checkpoints, metrics and the config; resumes the run it holds", required=True)
+    add("--preset", "model size (default: tiny)", choices=sorted(PRESETS))
+    add("--steps", "total steps to reach; a resumed run continues to it (default: 1000)", type=int)
+    add("--batch-size", "global batch size, over all processes (default: 32)", type=int)
+    add("--seq-len", "default: the preset's max_seq_len", type=int)
+    add("--seed", "default: 0", type=int)
+    add("--packing", "default: concat", choices=("concat", "document"))
+    add("--mesh", "e.g. data=4,model=2 (default: all devices on data)")
+    add("--fsdp", "also shard parameters along the data axis", action=argparse.BooleanOptionalAction)
+    add("--bf16", "compute in bfloat16 (parameters stay float32)", action=argparse.BooleanOptionalAction)
+    add("--dropout", "default: the preset's", type=float)
+    add("--width", "override the preset's width (free sizes); the MLP is 4x wide", type=int)
+    add("--layers", "override the preset's layer count", type=int, dest="num_layers")
+    add("--heads", "override the preset's head count", type=int, dest="num_heads")
+    add("--learning-rate", "peak learning rate (default: 1e-3)", type=float)
+    add("--warmup-steps", "default: --steps / 10, at most 100", type=int)
+    add("--decay-steps", "the schedule's horizon (default: --steps; on resume, the saved run's)", type=int)
+    add("--checkpoint-every", "default: 200", type=int)
+    add("--keep-checkpoints", "default: 3", type=int)
+    add("--eval-every", "default: 200", type=int)
+    add("--eval-batches", "validation batches per eval (default: 8)", type=int)
+    add("--log-every", "default: 1", type=int)
+    add("--loader-workers", "prefetch processes of the loader (default: 0)", type=int)
     p.add_argument("--coordinator", default=None, help="multi-host: host:port of process 0")
     p.add_argument("--num-processes", type=int, default=None)
     p.add_argument("--process-id", type=int, default=None)
-    return p
+    return p, flags
 
 
 def _sample_parser() -> argparse.ArgumentParser:
@@ -57,41 +74,30 @@ def _sample_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace):
-    from train.config import TrainConfig
-    from train.mesh import parse_mesh
+def _config(args: argparse.Namespace, flags: dict[str, str]):
+    """The run's config: the given settings resolved against the run saved in the workdir.
 
-    width = args.width
-    model = preset(
-        args.preset,
-        width=width,
-        mlp_width=4 * width if width else None,
-        num_layers=args.layers,
-        num_heads=args.heads,
-        dropout=args.dropout,
-        dtype="bfloat16" if args.bf16 else None,
-        fsdp=True if args.fsdp else None,
-    )
-    base = TrainConfig(data_dir=os.path.abspath(args.data), workdir=os.path.abspath(args.workdir), model=model)
-    overrides = {
-        "preset": args.preset,
-        "steps": args.steps,
-        "batch_size": args.batch_size,
-        "seq_len": args.seq_len or model.max_seq_len,
-        "seed": args.seed,
-        "packing": args.packing,
-        "mesh": parse_mesh(args.mesh),
-        "learning_rate": args.learning_rate,
-        "warmup_steps": args.warmup_steps if args.warmup_steps is not None else min(base.warmup_steps, args.steps // 10),
-        "decay_steps": args.decay_steps,
-        "checkpoint_every": args.checkpoint_every,
-        "keep_checkpoints": args.keep_checkpoints,
-        "eval_every": args.eval_every,
-        "eval_batches": args.eval_batches,
-        "log_every": args.log_every,
-        "loader_workers": args.loader_workers,
-    }
-    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    Every process resolves it (all read the saved config before any writes it) and they agree.
+    """
+    from pipeline.load.data_spec import parse_data_spec
+    from train.config import load_saved
+    from train.mesh import parse_mesh
+    from train.processes import agreed
+    from train.settings import resolve
+
+    def settle():
+        given = {k: v for k, v in vars(args).items() if v is not None and k not in _LAUNCH}
+        given["workdir"] = os.path.abspath(given["workdir"])
+        if "data" in given:
+            given["data"] = tuple(
+                s if "://" in s.path else dataclasses.replace(s, path=os.path.abspath(s.path))
+                for s in parse_data_spec(given["data"])
+            )
+        if "mesh" in given:
+            given["mesh"] = parse_mesh(given["mesh"])
+        return resolve(given, load_saved(given["workdir"]), flags)
+
+    return agreed(settle)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,15 +110,20 @@ def main(argv: list[str] | None = None) -> int:
             print(sample(args.workdir, args.prompt, max_tokens=args.max_tokens, seed=args.seed,
                          top_k=args.top_k or None, temperature=args.temperature))
             return 0
-        args = _train_parser().parse_args(argv)
-        if args.coordinator:
-            import jax
+        parser, flags = _train_parser()
+        args = parser.parse_args(argv)
+        import jax
 
+        if args.coordinator:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
         from train.trainer import train
 
-        result = train(_config(args))
+        config, notes = _config(args, flags)
+        if jax.process_index() == 0:
+            for note in notes:
+                print(f"train: {note}", flush=True)
+        result = train(config)
     except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
         print(f"train: error: {e}", file=sys.stderr)
         return 1

@@ -7,13 +7,16 @@ import json
 import os
 
 from model.config import GPTConfig
+from pipeline.load.data_spec import DataSource, parse_data_spec
 
 CONFIG_NAME = "config.json"
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    data_dir: str
+    """`data`: the sources to train on (`parse_data_spec`; a spec string is parsed here)."""
+
+    data: tuple[DataSource, ...]
     workdir: str
     model: GPTConfig
     preset: str = "tiny"
@@ -38,6 +41,8 @@ class TrainConfig:
     loader_workers: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.data, str):
+            object.__setattr__(self, "data", parse_data_spec(self.data))
         for name in ("steps", "batch_size", "seq_len", "checkpoint_every", "keep_checkpoints", "eval_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
@@ -54,6 +59,10 @@ class TrainConfig:
             )
 
     @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.data)
+
+    @property
     def decay_horizon(self) -> int:
         """The step where the cosine decay ends: `decay_steps`, or `steps` when not given."""
         return self.steps if self.decay_steps is None else self.decay_steps
@@ -65,32 +74,52 @@ class TrainConfig:
     def from_json(cls, text: str) -> TrainConfig:
         data = json.loads(text)
         data["model"] = GPTConfig(**data["model"])
+        data["data"] = tuple(DataSource(**source) for source in data["data"])
         data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
         return cls(**data)
 
 
 # Changing these on resume would change what an uninterrupted run computes.
-_MUST_MATCH = ("data_dir", "model", "batch_size", "seq_len", "seed", "packing", "learning_rate",
-               "min_learning_rate", "warmup_steps", "decay_horizon", "weight_decay", "grad_clip", "beta2")
+_MUST_MATCH = ("data", "model", "batch_size", "seq_len", "seed", "packing", "learning_rate",
+               "min_learning_rate", "warmup_steps", "weight_decay", "grad_clip", "beta2")
 
 
-def save_or_check(config: TrainConfig) -> None:
-    """Writes the config on a fresh workdir; on resume, refuses changes that break exactness.
+def load_saved(workdir: str) -> TrainConfig | None:
+    """The config of the run in `workdir`, or None when it holds none."""
+    path = os.path.join(workdir, CONFIG_NAME)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read()
+    try:
+        return TrainConfig.from_json(text)
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
 
-    `steps` may change (stop earlier, or continue within the schedule's `decay_steps`); logging,
-    checkpoint and eval cadence may change too.
+
+def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
+    """Refuses a resume that would compute something else than continuing the saved run.
+
+    `steps` may change (stop earlier, or go on); so may logging, checkpoint and eval cadence, the
+    mesh and the loader's workers. The schedule's horizon moves only when `decay_steps` says so:
+    other `steps` with no `decay_steps` would stretch the saved schedule unasked.
     """
-    path = os.path.join(config.workdir, CONFIG_NAME)
-    if os.path.exists(path):
-        with open(path) as f:
-            old = TrainConfig.from_json(f.read())
-        changed = [k for k in _MUST_MATCH if getattr(old, k) != getattr(config, k)]
-        if changed:
-            raise ValueError(
-                f"{config.workdir} holds a run with different {', '.join(changed)}; "
-                "use the same settings to resume, or another --workdir"
-            )
+    changed = [k for k in _MUST_MATCH if getattr(saved, k) != getattr(config, k)]
+    if changed:
+        raise ValueError(
+            f"{config.workdir} holds a run with different {', '.join(changed)}; "
+            "use the same settings to resume, or another --workdir"
+        )
+    if config.decay_steps is None and config.decay_horizon != saved.decay_horizon:
+        raise ValueError(
+            f"steps={config.steps} without decay_steps would move the schedule's horizon from step "
+            f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another to move it"
+        )
+
+
+def write_config(config: TrainConfig) -> None:
     os.makedirs(config.workdir, exist_ok=True)
+    path = os.path.join(config.workdir, CONFIG_NAME)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(config.to_json())

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from model.gpt import GPT
-from pipeline.load.loader import open_prepared
-from pipeline.tokenizer import load_encoding
 from train.checkpointing import Checkpointer
-from train.config import CONFIG_NAME, TrainConfig
+from train.config import CONFIG_NAME, load_saved
 from train.mesh import make_mesh
-from train.trainer import build
+from train.run_tokenizer import load_run_encoding
+from train.trainer import build_model
 
 
 @nnx.jit
@@ -56,25 +53,22 @@ def sample(
     workdir: str, prompt: str, *, max_tokens: int = 100, seed: int = 0, top_k: int | None = 40,
     temperature: float = 0.8,
 ) -> str:
-    path = os.path.join(workdir, CONFIG_NAME)
-    if not os.path.exists(path):
+    """Needs the workdir alone: its config, its tokenizer record and the model's weights."""
+    config = load_saved(workdir)
+    if config is None:
         raise ValueError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
-    with open(path) as f:
-        config = TrainConfig.from_json(f.read())
+    encoding, tokenizer = load_run_encoding(workdir)
     checkpointer = Checkpointer(workdir, every=1, keep=config.keep_checkpoints)
     step = checkpointer.latest_step()
     if step is None:
         raise ValueError(f"{workdir} has no checkpoint yet")
     mesh = make_mesh(())
-    model, optimizer = build(config, mesh)
+    model = build_model(config, mesh)
     with jax.set_mesh(mesh):
-        checkpointer.restore(step, model, optimizer, None)
-        manifest = open_prepared(config.data_dir)
-        encoding = load_encoding(manifest.config.tokenizer)
+        checkpointer.restore_model(step, model)
         ids = generate(
             model, encoding.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
-            temperature=temperature, top_k=top_k, vocab_size=manifest.tokenizer.n_vocab,
-            stop_token=manifest.tokenizer.eot_id,
+            temperature=temperature, top_k=top_k, vocab_size=tokenizer.n_vocab, stop_token=tokenizer.eot_id,
         )
     checkpointer.close()
     return prompt + encoding.decode(ids)

@@ -38,16 +38,24 @@ def make_optimizer(model: GPT, config: TrainConfig) -> nnx.Optimizer:
     return nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
-def loss_fn(model: GPT, batch: dict[str, jax.Array], rngs: nnx.Rngs | None = None) -> jax.Array:
-    """Mean next-token cross entropy over real tokens (padding, segment id 0, is left out)."""
+def _token_losses(
+    model: GPT, batch: dict[str, jax.Array], rngs: nnx.Rngs | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """Next-token cross entropy at every position, and its weight: 1 for real tokens, 0 for padding
+    (segment id 0)."""
     logits = model(
         batch["inputs"], segment_ids=batch.get("segment_ids"), positions=batch.get("positions"), rngs=rngs
     )
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
     if "segment_ids" in batch:
-        weights = (batch["segment_ids"] > 0).astype(jnp.float32)
-        return (losses * weights).sum() / jnp.maximum(weights.sum(), 1.0)
-    return losses.mean()
+        return losses, (batch["segment_ids"] > 0).astype(jnp.float32)
+    return losses, jnp.ones_like(losses)
+
+
+def loss_fn(model: GPT, batch: dict[str, jax.Array], rngs: nnx.Rngs | None = None) -> jax.Array:
+    """Mean next-token cross entropy over real tokens."""
+    losses, weights = _token_losses(model, batch, rngs)
+    return (losses * weights).sum() / jnp.maximum(weights.sum(), 1.0)
 
 
 @nnx.jit
@@ -62,5 +70,8 @@ def train_step(
 
 
 @nnx.jit
-def eval_step(model: GPT, batch: dict[str, jax.Array]) -> jax.Array:
-    return loss_fn(model, batch)
+def eval_step(model: GPT, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
+    however much padding each holds."""
+    losses, weights = _token_losses(model, batch)
+    return (losses * weights).sum(), weights.sum()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 
@@ -12,38 +13,80 @@ from flax import nnx
 from tqdm import tqdm
 
 from model.gpt import GPT
-from pipeline.load.loader import LoaderConfig, make_dataset, make_iterator, open_prepared
+from pipeline.load import SOURCE_TOKENS, DataSource, LoaderConfig, make_dataset, open_sources
 from train.checkpointing import Checkpointer
-from train.config import TrainConfig, save_or_check
-from train.mesh import global_batch, make_mesh
+from train.config import TrainConfig, check_resume, load_saved, write_config
+from train.host_batches import FedBatches, join_host_batches
+from train.mesh import HostShards, global_batch, host_shards, make_mesh
 from train.metrics import MetricsLog, peak_flops, plot_losses
+from train.processes import agreed, check_same_everywhere
+from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
 from train.step import eval_step, learning_rate_schedule, make_optimizer, train_step
 
 
-def build(config: TrainConfig, mesh: jax.sharding.Mesh) -> tuple[GPT, nnx.Optimizer]:
-    """Model and optimizer, each parameter created directly with its annotated sharding."""
+def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
+    """The model, each parameter created directly with its annotated sharding."""
     with jax.set_mesh(mesh):
-        model = GPT(config.model, rngs=nnx.Rngs(config.seed))
-        optimizer = make_optimizer(model, config)
-    return model, optimizer
+        return GPT(config.model, rngs=nnx.Rngs(config.seed))
 
 
-def _loader(config: TrainConfig, split: str, *, workers: int) -> LoaderConfig:
-    return LoaderConfig(
-        config.data_dir,
-        split=split,
-        seq_len=config.seq_len,
-        global_batch_size=config.batch_size,
-        seed=config.seed,
-        packing=config.packing,
-        worker_count=workers,
-    )
+def build(config: TrainConfig, mesh: jax.sharding.Mesh) -> tuple[GPT, nnx.Optimizer]:
+    model = build_model(config, mesh)
+    with jax.set_mesh(mesh):
+        return model, make_optimizer(model, config)
 
 
-def evaluate(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> float:
-    """Mean loss over the first `batches` validation batches: the same batches every time."""
+def _spread(workers: int, parts: int) -> list[int]:
+    """`workers` prefetch processes over `parts` loaders (batches do not depend on where they run)."""
+    return [workers // parts + (i < workers % parts) for i in range(parts)]
+
+
+def host_data(
+    config: TrainConfig, split: str, shards: HostShards, *, workers: int, sources: tuple[DataSource, ...] | None = None
+) -> grain.IterDataset:
+    """This process's batches of `sources` (default: the run's data): one loader per shard it feeds."""
+    parts = [
+        make_dataset(
+            LoaderConfig(
+                sources or config.data,
+                split=split,
+                seq_len=config.seq_len,
+                global_batch_size=config.batch_size,
+                seed=config.seed,
+                packing=config.packing,
+                worker_count=part_workers,
+                shard_index=index,
+                shard_count=shards.count,
+            )
+        )
+        for index, part_workers in zip(shards.indices, _spread(workers, len(shards.indices)))
+    ]
+    return parts[0] if len(parts) == 1 else grain.experimental.ZipIterDataset(parts).map(join_host_batches)
+
+
+def eval_totals(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> tuple[float, float]:
+    """Summed loss and real-token count over the first `batches` validation batches (the same
+    batches every time); their ratio is the token-weighted mean loss."""
     iterator = iter(data)
-    return float(np.mean([float(eval_step(model, global_batch(next(iterator), mesh))) for _ in range(batches)]))
+    loss_sum, tokens = 0.0, 0.0
+    for _ in range(batches):
+        host_batch = next(iterator)
+        host_batch.pop(SOURCE_TOKENS, None)
+        batch_sum, batch_tokens = eval_step(model, global_batch(host_batch, mesh))
+        loss_sum, tokens = loss_sum + float(batch_sum), tokens + float(batch_tokens)
+    return loss_sum, tokens
+
+
+def evaluate(
+    model: GPT, eval_sets: dict[str, grain.IterDataset], batches: int, mesh: jax.sharding.Mesh
+) -> dict[str, float]:
+    """`eval_loss` over every source's validation batches, token-weighted, and with several sources
+    `eval_loss/NAME` for each."""
+    totals = {name: eval_totals(model, data, batches, mesh) for name, data in eval_sets.items()}
+    row = {"eval_loss": sum(s for s, _ in totals.values()) / max(sum(n for _, n in totals.values()), 1.0)}
+    if len(totals) > 1:
+        row.update({f"eval_loss/{name}": s / max(n, 1.0) for name, (s, n) in totals.items()})
+    return row
 
 
 def params_digest(model: GPT) -> str:
@@ -56,28 +99,72 @@ def params_digest(model: GPT) -> str:
     return h.hexdigest()
 
 
-def train(config: TrainConfig) -> dict:
-    """Trains up to `config.steps`, resuming from the workdir's latest checkpoint if there is one."""
-    manifest = open_prepared(config.data_dir)
-    if manifest.tokenizer.n_vocab > config.model.vocab_size:
+@dataclasses.dataclass(frozen=True)
+class _Opened:
+    tokenizer: RunTokenizer
+    mesh: jax.sharding.Mesh
+    shards: HostShards
+    iterator: grain.DatasetIterator
+    eval_sets: dict[str, grain.IterDataset]
+
+
+def _open(config: TrainConfig) -> _Opened:
+    """Everything that can refuse the run, before anything is written; runs on every process."""
+    manifests = open_sources(config.data)
+    tokenizer = RunTokenizer.of(manifests[0])
+    if tokenizer.info.n_vocab > config.model.vocab_size:
         raise ValueError(
-            f"the data's vocabulary ({manifest.tokenizer.n_vocab}) is larger than the model's "
-            f"({config.model.vocab_size})"
+            f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size})"
         )
+    saved = load_saved(config.workdir)
+    if saved is not None:
+        check_resume(saved, config)
+    check_run_tokenizer(config.workdir, tokenizer)
+    mesh = make_mesh(config.mesh)
+    shards = host_shards(mesh)
+    # Validation data is opened now, so a split that cannot work fails here, not at the first eval.
+    eval_sets = {
+        source.name: host_data(config, "validation", shards, workers=0, sources=(source,))
+        for source, manifest in zip(config.data, manifests)
+        if "validation" in manifest.totals
+    }
+    iterator = iter(host_data(config, "train", shards, workers=config.loader_workers))
+    return _Opened(tokenizer, mesh, shards, iterator, eval_sets)
+
+
+def _mixture_log(names: tuple[str, ...], tokens: np.ndarray) -> tuple[dict[str, float], str]:
+    """The realized mixture so far: metrics (`source_share/NAME`) and a short text for the progress bar."""
+    shares = tokens / max(int(tokens.sum()), 1)
+    return (
+        {f"source_share/{name}": float(share) for name, share in zip(names, shares)},
+        " ".join(f"{name} {share:.2f}" for name, share in zip(names, shares)),
+    )
+
+
+def train(config: TrainConfig) -> dict:
+    """Trains up to `config.steps`, resuming from the workdir's latest checkpoint if there is one.
+
+    A refusal on any process (a changed setting, unreadable data, a mesh that does not fit) ends
+    every process with the same error.
+    """
+    opened = agreed(lambda: _open(config))
+    check_same_everywhere(config.to_json(), "settings")
+    mesh, iterator, eval_sets = opened.mesh, opened.iterator, opened.eval_sets
     primary = jax.process_index() == 0
     if primary:
-        save_or_check(config)
-    mesh = make_mesh(config.mesh)
+        write_config(config)
+        write_run_tokenizer(config.workdir, opened.tokenizer)
     model, optimizer = build(config, mesh)
-    iterator = make_iterator(_loader(config, "train", workers=config.loader_workers))
     checkpointer = Checkpointer(config.workdir, every=config.checkpoint_every, keep=config.keep_checkpoints)
+    names = config.source_names
+    mixture = len(names) > 1
     start = checkpointer.latest_step() or 0
+    tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
-        checkpointer.restore(start, model, optimizer, iterator)
-    # Built up front, so a validation split that cannot work fails now, not at the first eval.
-    eval_data = (
-        make_dataset(_loader(config, "validation", workers=0)) if "validation" in manifest.totals else None
-    )
+        feed = checkpointer.restore(start, model, optimizer, iterator, data_shards=opened.shards.count)
+        tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
+    fed = FedBatches(opened.shards, num_sources=len(names))
+    source_tokens = tokens_before
     log = MetricsLog(config.workdir, start) if primary else None
     schedule = learning_rate_schedule(config)
     key = jax.random.key(config.seed)
@@ -90,9 +177,16 @@ def train(config: TrainConfig) -> dict:
         initial=start, total=config.steps, disable=not primary, unit="step", dynamic_ncols=True
     ) as bar:
         for step in range(start + 1, config.steps + 1):
-            batch = global_batch(next(iterator), mesh)
-            metrics = train_step(model, optimizer, batch, jax.random.fold_in(key, step))
-            if step % config.log_every == 0 or step == config.steps:
+            host_batch = next(iterator)
+            batch_source_tokens = host_batch.pop(SOURCE_TOKENS, None)
+            fed.add(host_batch, batch_source_tokens)
+            logged = step % config.log_every == 0 or step == config.steps
+            saving = checkpointer.should_save(step) or step == config.steps
+            if step == start + 1 or logged or saving:
+                # Before the step computes on, or a checkpoint keeps, a batch the processes disagree on.
+                source_tokens = tokens_before + fed.reconcile(step)
+            metrics = train_step(model, optimizer, global_batch(host_batch, mesh), jax.random.fold_in(key, step))
+            if logged:
                 loss = float(metrics["loss"])  # waits for the step: the timing below is real
                 now = time.perf_counter()
                 tokens_per_s = tokens_per_step * (step - clock_step) / (now - clock)
@@ -106,16 +200,21 @@ def train(config: TrainConfig) -> dict:
                 }
                 if peak:
                     last["mfu"] = flops_per_token * tokens_per_s / (peak * jax.device_count())
+                postfix = {"loss": f"{loss:.3f}", "tok_s": f"{tokens_per_s:,.0f}"}
+                if mixture:
+                    shares, postfix["mix"] = _mixture_log(names, source_tokens)
+                    last.update(shares)
                 if log:
                     log.write(last)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            if eval_data is not None and (step % config.eval_every == 0 or step == config.steps):
-                eval_loss = evaluate(model, eval_data, config.eval_batches, mesh)
-                last["eval_loss"] = eval_loss
+                bar.set_postfix(postfix)
+            if eval_sets and (step % config.eval_every == 0 or step == config.steps):
+                evals = evaluate(model, eval_sets, config.eval_batches, mesh)
+                last.update(evals)
                 if log:
-                    log.write({"step": step, "eval_loss": eval_loss})
+                    log.write({"step": step, **evals})
                 clock = time.perf_counter()  # evaluation time is not training throughput
-            checkpointer.save(step, model, optimizer, iterator, force=step == config.steps)
+            feed = {"data_shards": opened.shards.count, "source_tokens": dict(zip(names, map(int, source_tokens)))}
+            checkpointer.save(step, model, optimizer, iterator, feed, force=step == config.steps)
             bar.update(1)
     checkpointer.close()
     iterator.close()

@@ -1,0 +1,219 @@
+"""Which rows each process feeds: the mapping from mesh positions to loader shards, the check that
+processes sharing rows fed the same ones, and multi-process runs against one process with the mesh
+simulated."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import run_prepare
+from pipeline.corpus import write_corpus
+from train.host_batches import FedBatches, check_shards_agree, join_host_batches, sum_over_groups
+from train.mesh import HostShards, data_positions
+from train.metrics import METRICS_NAME, read_rows
+from train.processes import agreed, gather_int64
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize(
+    "grid, expected",
+    [
+        ([[0, 1]], {0: (0,), 1: (0,)}),  # --mesh model=2 over two processes: both feed all rows
+        ([[0], [1]], {0: (0,), 1: (1,)}),  # --mesh data=2: one half each
+        ([[0, 0], [0, 0], [1, 1], [1, 1]], {0: (0, 1), 1: (2, 3)}),  # data=4, model=2, two devices each
+        ([[0, 0, 1, 1], [2, 2, 3, 3]], {0: (0,), 1: (0,), 2: (1,), 3: (1,)}),  # model=4 over pairs
+        ([[0, 1], [0, 1]], {0: (0, 1), 1: (0, 1)}),
+    ],
+)
+def test_processes_feed_the_shards_at_their_data_positions(grid, expected):
+    assert data_positions(np.array(grid), data_axis=0) == expected
+
+
+def test_partly_shared_positions_are_refused():
+    with pytest.raises(ValueError, match="share only some of their data-axis positions"):
+        data_positions(np.array([[0, 1], [1, 2]]), data_axis=0)  # process 1 at positions 0 and 1
+
+
+@pytest.mark.parametrize("indices, count", [((), 2), ((1, 0), 2), ((0, 0), 2), ((2,), 2)])
+def test_host_shards_are_checked(indices, count):
+    with pytest.raises(ValueError, match="shard indices"):
+        HostShards(indices, count)
+
+
+def test_processes_of_one_group_must_agree():
+    check_shards_agree([0, 0, 1], [b"a", b"a", b"b"], step=3)  # other groups may differ
+    with pytest.raises(ValueError, match="processes 1 and 2 feed the same rows .* by step 7"):
+        check_shards_agree([1, 0, 0], [b"a", b"b", b"c"], step=7)
+
+
+def test_counts_add_up_once_per_group():
+    counts = np.array([[1, 2], [1, 2], [10, 20], [10, 20]])
+    np.testing.assert_array_equal(sum_over_groups([0, 0, 2, 2], counts), [11, 22])
+
+
+def test_a_process_with_several_shards_joins_their_rows_in_order():
+    a = {"inputs": np.zeros((2, 3), np.int32), "source_tokens": np.array([4, 2])}
+    b = {"inputs": np.ones((2, 3), np.int32), "source_tokens": np.array([1, 5])}
+    joined = join_host_batches((a, b))
+    np.testing.assert_array_equal(joined["inputs"], np.repeat([0, 1], 6).reshape(4, 3))
+    np.testing.assert_array_equal(joined["source_tokens"], [5, 7])
+
+
+def test_one_process_gathers_exact_int64_and_its_own_counts():
+    big = [2**40 + 3, -5, 2**62]
+    np.testing.assert_array_equal(gather_int64(big), [big])
+    fed = FedBatches(HostShards((0, 1), 2), num_sources=2)
+    fed.add({"inputs": np.zeros((2, 4), np.int32)}, np.array([3, 5]))
+    fed.add({"inputs": np.ones((2, 4), np.int32)}, np.array([1, 1]))
+    np.testing.assert_array_equal(fed.reconcile(step=2), [4, 6])
+    with pytest.raises(ValueError, match="no good"):
+        agreed(lambda: (_ for _ in ()).throw(ValueError("no good")))
+
+
+# Two processes on loopback, one CPU device each, gloo collectives (as `python -m train` sets up).
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_processes(args_of: list[list[str]], *, timeout: int = 300) -> list[subprocess.CompletedProcess]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    port = _free_port()
+    procs = [
+        subprocess.Popen([sys.executable, *args, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                          "--process-id", str(i)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for i, args in enumerate(args_of)
+    ]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("data")
+    write_corpus(str(root / "stories.txt"), 400, seed=5)
+    run_prepare([str(root / "stories.txt")], str(root / "out"), "--validation-fraction", "0.1", "--record-tokens", "512")
+    return str(root / "out")
+
+
+def _train_args(prepared: str, workdir: str, *extra: str) -> list[str]:
+    return ["-m", "train", "--data", prepared, "--workdir", workdir, "--steps", "6", "--batch-size", "4",
+            "--seq-len", "32", "--width", "32", "--layers", "1", "--heads", "2", "--checkpoint-every", "3",
+            "--eval-every", "3", "--eval-batches", "1", *extra]
+
+
+def _losses(workdir: str) -> list[float]:
+    return [r.get("loss", r.get("eval_loss")) for r in read_rows(os.path.join(workdir, METRICS_NAME))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [["--mesh", "model=2"], ["--mesh", "data=2"], ["--mesh", "data=2", "--fsdp"]])
+def test_two_processes_compute_what_one_process_with_the_same_mesh_does(prepared, tmp_path, layout):
+    two = str(tmp_path / "two")
+    results = _two_processes([_train_args(prepared, two, *layout)] * 2)
+    for r in results:
+        assert r.returncode == 0, r.stderr[-3000:]
+    one = str(tmp_path / "one")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    single = subprocess.run([sys.executable, *_train_args(prepared, one, *layout)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert len(_losses(one)) == 8  # six steps and two evals
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-5)
+
+
+_DISAGREEING = """
+import sys
+import jax
+import numpy as np
+sys.path.insert(0, ".")
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+from train.host_batches import FedBatches
+from train.mesh import HostShards
+fed = FedBatches(HostShards((0,), 1), num_sources=0)  # both feed all rows, as with --mesh model=2
+fed.add({"inputs": np.full((2, 4), 7, np.int32)})
+fed.reconcile(step=1)
+fed.add({"inputs": np.full((2, 4), jax.process_index(), np.int32)})
+try:
+    fed.reconcile(step=2)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_feed_the_same_rows_differently_are_stopped_on_every_process():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-c", _DISAGREEING, address, str(i)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+        assert "refused: processes 0 and 1 feed the same rows of the global batch" in out
+        assert "by step 2" in out
+
+
+@pytest.mark.slow
+def test_processes_started_with_different_settings_all_stop(prepared, tmp_path):
+    workdir = str(tmp_path / "run")
+    results = _two_processes([_train_args(prepared, workdir), _train_args(prepared, workdir, "--seed", "1")])
+    for r in results:
+        assert r.returncode == 1, r.stderr[-3000:]
+        assert r.stderr.strip().splitlines()[-1] == (
+            "train: error: processes 0 and 1 were started with different settings; give every process the same flags"
+        )
+    assert not os.path.exists(os.path.join(workdir, "config.json"))
+
+
+@pytest.mark.slow
+def test_a_resume_refused_on_one_process_stops_all(prepared, tmp_path):
+    workdir = str(tmp_path / "run")
+    first = _two_processes([_train_args(prepared, workdir, "--steps", "3")] * 2)
+    assert [r.returncode for r in first] == [0, 0], first[0].stderr[-3000:]
+    resumed = _two_processes([_train_args(prepared, workdir), _train_args(prepared, workdir, "--batch-size", "8")])
+    for r in resumed:
+        assert r.returncode == 1, r.stderr[-3000:]
+        assert r.stderr.strip().splitlines()[-1] == (
+            "train: error: --batch-size 8 differs from the saved run's 4; drop the flag or use another --workdir"
+        )
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["steps"] == 3
+
+
+@pytest.mark.slow
+def test_a_resume_onto_another_data_axis_is_refused(prepared, tmp_path):
+    workdir = str(tmp_path / "run")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *_train_args(prepared, workdir, *extra)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = run("--steps", "3", "--mesh", "data=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    refused = run("--mesh", "model=2")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "train: error: the checkpoint at step 3 holds the loader's position for a data axis of 2, and this "
+        "mesh's has 1; resume with a --mesh whose data axis is 2"
+    )
+    # The saved data axis resumes.
+    assert run("--mesh", "data=2").returncode == 0

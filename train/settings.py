@@ -1,0 +1,110 @@
+"""Command-line settings against the saved run: what is not given comes from the run in the workdir.
+
+A new run takes the preset's and `TrainConfig`'s defaults for what is not given. A resumed run takes
+the saved config, and a given setting that decides the computation must equal the saved one; the
+error names the flag. `--steps` may change: the learning-rate schedule keeps the saved run's horizon
+unless `--decay-steps` sets another, and either is said in a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from model.config import preset
+from pipeline.load.data_spec import DataSource
+from train.config import TrainConfig
+
+# Settings free to differ from the saved run's: they change when or how, not what, is computed.
+_FREE = frozenset({"workdir", "steps", "decay_steps", "mesh", "checkpoint_every", "keep_checkpoints",
+                   "eval_every", "eval_batches", "log_every", "loader_workers"})
+# Model settings with a flag of their own, by `GPTConfig` field; `bf16` stands for `dtype`.
+_MODEL_FIELDS = ("width", "num_layers", "num_heads", "dropout", "fsdp")
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _default(name: str) -> Any:
+    """A `TrainConfig` field's default, for a new run."""
+    return _FIELDS[name].default
+
+
+def resolve(
+    given: Mapping[str, Any], saved: TrainConfig | None, flags: Mapping[str, str]
+) -> tuple[TrainConfig, list[str]]:
+    """The run's config and notes on what a resume changes. `given` holds only settings given on the
+    command line (by `TrainConfig` or `GPTConfig` field name, or `bf16`); `flags` names their flags."""
+    if saved is None:
+        return _new_run(given, flags), []
+    return _resumed(given, saved, flags)
+
+
+def _model_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
+    overrides = {k: given[k] for k in _MODEL_FIELDS if k in given}
+    if "width" in given:
+        overrides["mlp_width"] = 4 * given["width"]
+    if "bf16" in given:
+        overrides["dtype"] = "bfloat16" if given["bf16"] else "float32"
+    return overrides
+
+
+def _new_run(given: Mapping[str, Any], flags: Mapping[str, str]) -> TrainConfig:
+    if "data" not in given:
+        raise ValueError(f"{given['workdir']} holds no run to resume; {flags['data']} is required to start one")
+    model = preset(given.get("preset", _default("preset")), **_model_overrides(given))
+    steps = given.get("steps", _default("steps"))
+    derived = {"seq_len": model.max_seq_len, "warmup_steps": min(_default("warmup_steps"), steps // 10)}
+    fields = {k: v for k, v in given.items() if k in _FIELDS}
+    return TrainConfig(model=model, **{**derived, **fields})
+
+
+def _saved_value(saved: TrainConfig, name: str) -> Any:
+    if name == "bf16":
+        return saved.model.dtype == "bfloat16"
+    if name in _MODEL_FIELDS:
+        return getattr(saved.model, name)
+    return getattr(saved, name)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple) and value and isinstance(value[0], DataSource):
+        return ",".join(f"{s.name}={s.weight:g}:{s.path}" for s in value)
+    return str(value)
+
+
+def _shown(flag: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag.removeprefix('--')}"
+    return f"{flag} {_text(value)}"
+
+
+def _resumed(
+    given: Mapping[str, Any], saved: TrainConfig, flags: Mapping[str, str]
+) -> tuple[TrainConfig, list[str]]:
+    for name, value in given.items():
+        if name in _FREE:
+            continue
+        old = _saved_value(saved, name)
+        if value != old:
+            theirs = _shown(flags[name], old) if isinstance(old, bool) else _text(old)
+            raise ValueError(
+                f"{_shown(flags[name], value)} differs from the saved run's {theirs}; "
+                "drop the flag or use another --workdir"
+            )
+    config = dataclasses.replace(saved, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"})
+    notes = []
+    if "decay_steps" in given:
+        if given["decay_steps"] != saved.decay_horizon:
+            notes.append(
+                f"{flags['decay_steps']} {given['decay_steps']}: the learning-rate schedule's horizon moves from "
+                f"step {saved.decay_horizon} to step {given['decay_steps']}"
+            )
+        config = dataclasses.replace(config, decay_steps=given["decay_steps"])
+    elif config.steps != saved.steps:
+        after = ", then stays at its minimum" if config.steps > saved.decay_horizon else ""
+        notes.append(
+            f"{flags['steps']} {config.steps}: the learning-rate schedule keeps the saved run's horizon at step "
+            f"{saved.decay_horizon}{after}; {flags['decay_steps']} sets another"
+        )
+        config = dataclasses.replace(config, decay_steps=saved.decay_horizon)
+    return config, notes
