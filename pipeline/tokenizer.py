@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Iterator
 from importlib import resources
 
 import numpy as np
@@ -90,31 +91,40 @@ def encode_documents(encoding: tiktoken.Encoding, texts: list[str]) -> tuple[np.
     round trip per document. A document that holds the special text itself (which must stay
     text) is encoded on its own.
     """
-    eot = eot_id(encoding)
-    parts: list[np.ndarray] = []
+    if not texts:
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
+    joined = ENDOFTEXT.join(texts) + ENDOFTEXT
+    if joined.count(ENDOFTEXT) == len(texts):  # the usual case: no document holds the special text
+        flat = _encode_run(encoding, texts, joined)
+    else:
+        flat = np.concatenate(list(_encode_runs(encoding, texts)))
+    ends = np.flatnonzero(flat == eot_id(encoding))
+    return flat, np.diff(ends, prepend=-1)
+
+
+def _encode_runs(encoding: tiktoken.Encoding, texts: list[str]) -> Iterator[np.ndarray]:
+    """Runs of documents without the special text, each in one call; the others each alone."""
+    eot = np.uint32(eot_id(encoding))
     run: list[str] = []
-
-    def flush() -> None:
-        if run:
-            joined = ENDOFTEXT.join(run) + ENDOFTEXT
-            try:
-                parts.append(encoding.encode_to_numpy(joined, allowed_special={ENDOFTEXT}, disallowed_special=()))
-            except UnicodeEncodeError:
-                parts.extend(np.append(encode_document(encoding, t), np.uint32(eot)) for t in run)
-            run.clear()
-
     for text in texts:
         if ENDOFTEXT in text:
-            flush()
-            parts.append(np.append(encode_document(encoding, text), np.uint32(eot)))
+            if run:
+                yield _encode_run(encoding, run, ENDOFTEXT.join(run) + ENDOFTEXT)
+                run = []
+            yield np.append(encode_document(encoding, text), eot)
         else:
             run.append(text)
-    flush()
-    if not parts:
-        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    ends = np.flatnonzero(flat == eot)
-    return flat, np.diff(ends, prepend=-1)
+    if run:
+        yield _encode_run(encoding, run, ENDOFTEXT.join(run) + ENDOFTEXT)
+
+
+def _encode_run(encoding: tiktoken.Encoding, run: list[str], joined: str) -> np.ndarray:
+    """`run` (none of which holds the special text), `joined` by it, in one call."""
+    try:
+        return encoding.encode_to_numpy(joined, allowed_special={ENDOFTEXT}, disallowed_special=())
+    except UnicodeEncodeError:  # a lone surrogate, which `encode_document` replaces
+        eot = np.uint32(eot_id(encoding))
+        return np.concatenate([np.append(encode_document(encoding, t), eot) for t in run])
 
 
 def vocab_sha256(encoding: tiktoken.Encoding) -> str:

@@ -100,8 +100,9 @@ def test_package_versions_are_the_installed_ones():
     assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
     for name in ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "zstandard"):
         assert versions[name] == importlib.metadata.version(name)
-    # Optional packages appear only where installed; the dev environment has them.
-    assert versions["datasets"] == importlib.metadata.version("datasets")
+    # The Hugging Face client's only for a run that reads hub files.
+    assert "datasets" not in versions
+    assert package_versions(("hf",))["huggingface-hub"] == importlib.metadata.version("huggingface-hub")
 
 
 LAUNCHER = {"python": "3.11.7", "tiktoken": "0.14.0", "numpy": "2.4.6", "datasets": "5.2.0"}
@@ -112,7 +113,7 @@ LAUNCHER = {"python": "3.11.7", "tiktoken": "0.14.0", "numpy": "2.4.6", "dataset
     [
         (LAUNCHER, None),
         ({**LAUNCHER, "python": "3.11.9"}, None),  # a container's patch release
-        ({k: v for k, v in LAUNCHER.items() if k != "datasets"}, None),  # workers without the hf extra
+        ({k: v for k, v in LAUNCHER.items() if k != "datasets"}, "datasets missing (expected 5.2.0)"),
         ({**LAUNCHER, "tiktoken": "0.9.0"}, "tiktoken 0.9.0 (expected 0.14.0)"),
         ({**LAUNCHER, "python": "3.12.1"}, "python 3.12.1 (expected 3.11.7)"),
         ({**LAUNCHER, "datasets": "4.0.0"}, "datasets 4.0.0 (expected 5.2.0)"),

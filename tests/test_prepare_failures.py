@@ -177,7 +177,7 @@ def test_unit_records_of_another_plan_are_redone(tmp_path):
     os.makedirs(os.path.join(state, formats.UNITS_DIR))
     with open(os.path.join(state, formats.PLAN_NAME), "w") as f:
         f.write(launcher_plan.to_json())
-    forged = UnitResult(0, "0" * 64, (), {}, {}, "0" * 64, 0, {}, 0)
+    forged = UnitResult(0, "0" * 64, (), {}, {}, "0" * 64, 0, {}, 0.0, 0)
     with open(os.path.join(state, formats.UNITS_DIR, "00000.json"), "w") as f:
         f.write(forged.to_json())
     manifest = launcher.run(args)
@@ -246,8 +246,8 @@ def test_a_killed_worker_process_costs_only_its_unit(tmp_path):
     deadline = time.monotonic() + 120
     killed = None
     while killed is None and time.monotonic() < deadline:
-        workers = [p for p in psutil.Process(process.pid).children(recursive=True)
-                   if "sdk_worker_main" in " ".join(p.cmdline()) and "python" in p.name()]
+        # The launcher's child is the job; the job's children are its worker processes.
+        workers = [w for job in psutil.Process(process.pid).children() for w in job.children()]
         if workers and units.is_dir() and len(os.listdir(units)) >= 2:
             killed = workers[0]
             killed.send_signal(signal.SIGKILL)

@@ -173,3 +173,22 @@ def test_local_runner_options():
     assert local.view_as(DirectOptions).direct_running_mode == "multi_processing"
     assert local.view_as(WorkerOptions).default_sdk_harness_log_level == "WARNING"
     assert pipeline_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
+
+
+def test_the_local_runner_is_pinned_and_never_fetches_prism(tmp_path, monkeypatch):
+    # Beam's DirectRunner first tries to download and start its Prism binary, and falls back only
+    # when that fails: with network access the run would happen on another runner.
+    from apache_beam.runners.portability import prism_runner
+
+    marker = tmp_path / "prism-was-tried"
+
+    def tried(*args, **kwargs):
+        marker.touch()  # the job runs in a child process: a file tells the test
+        raise RuntimeError("no Prism here")
+
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", tried)
+    corpus = str(tmp_path / "c.txt")
+    write_corpus(corpus, 50, seed=0)
+    manifest = run_prepare([corpus], str(tmp_path / "out"), "--runner=DirectRunner")
+    assert manifest.totals["train"].documents == 50
+    assert not marker.exists()

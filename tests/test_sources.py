@@ -31,14 +31,17 @@ def read_all(path: str, fmt: str, config: PrepareConfig) -> tuple[list, Tally, l
     documents, tally, digests = [], Tally(), []
     for i, (start, end) in enumerate(source.plan(path, FileInfo(size, "v"), config)):
         digest = ContentDigest()
-        for document in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest):
-            if isinstance(document, DocumentPiece):
-                assert len(document.text.encode()) <= config.max_document_bytes
-                if document.first:
-                    documents.append([])
-                documents[-1].append(document.text)
-            else:
-                documents.append(document)
+        for run in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest):
+            pieces = [d for d in run if isinstance(d, DocumentPiece)]
+            assert not pieces or len(run) == 1, "a piece comes in a list of its own"
+            for document in run:
+                if isinstance(document, DocumentPiece):
+                    assert len(document.text.encode()) <= config.max_document_bytes
+                    if document.first:
+                        documents.append([])
+                    documents[-1].append(document.text)
+                else:
+                    documents.append(document)
         digests.append(digest.hexdigest())
     return ["".join(d) if isinstance(d, list) else d for d in documents], tally, digests
 

@@ -23,14 +23,20 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
     WorkerOptions,
 )
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult, PipelineRunner
+from apache_beam.transforms import environments
 
 from pipeline.prepare.failures import UnitFailure, any_failure, record_failure
+from pipeline.prepare.forked_workers import ForkedWorkers, uses_forked_workers
 from pipeline.prepare.retries import is_transient, with_retries
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import InputChangedError, RunContext, process_unit
 from pipeline.prepare.worker_environment import package_versions, version_mismatch
+from pipeline.tokenizer import load_encoding
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
@@ -92,15 +98,11 @@ def pipeline_options(pipeline_args: list[str]) -> PipelineOptions:
     return options
 
 
-def _local_runner(options: PipelineOptions) -> PipelineRunner:
+def _local_runner(options: PipelineOptions, environment: environments.Environment | None = None) -> PipelineRunner:
     """Beam's in-process runner, with the options its worker processes are to see."""
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    return fn_runner.FnApiRunner(provision_info=provision)
+    return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
 
 
 def failure_of(unit: WorkUnit, error: BaseException) -> UnitFailure:
@@ -125,7 +127,7 @@ class PrepareUnitFn(beam.DoFn):
 
     def setup(self) -> None:
         # Workers must tokenize and write with what the launcher planned with.
-        mismatch = version_mismatch(self._context.package_versions, package_versions())
+        mismatch = version_mismatch(self._context.package_versions, package_versions(self._context.extras))
         if mismatch is not None:
             self._mismatch = f"workers run other package versions than the launcher: {mismatch}"
 
@@ -166,9 +168,23 @@ def _build(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) 
 
 
 def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions) -> None:
-    """Runs the units on the pinned local runner, returning when they are done."""
-    with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
-        _build(pipeline, units, context)
+    """Runs the units on the pinned local runner, returning when they are done.
+
+    Call it in a single-threaded process: in `multi_processing` mode it forks the workers first.
+    """
+    if not uses_forked_workers(options):
+        with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
+            _build(pipeline, units, context)
+        return
+    load_encoding(context.config.tokenizer)  # once, before the fork, for every worker
+    workers = ForkedWorkers(options.view_as(DirectOptions).direct_num_workers or os.cpu_count() or 1)
+    try:
+        # A running mode the runner does not know keeps the given environment instead of its own.
+        options.view_as(DirectOptions).direct_running_mode = None
+        with beam.Pipeline(runner=_local_runner(options, workers.environment()), options=options) as pipeline:
+            _build(pipeline, units, context)
+    finally:
+        workers.close()
 
 
 def start_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions) -> PipelineResult:

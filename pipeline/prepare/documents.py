@@ -1,9 +1,10 @@
 """What a work unit reads: documents, counted skips and rejects, as plain values.
 
-Readers yield each document's text (a plain `str`: a unit holds tens of thousands of them) and
-record what they skip, so every input byte is either a document, a counted skip, or a recorded
-reject: nothing disappears silently. A document longer than the configured bound arrives as
-`DocumentPiece`s instead, in order, so that no worker ever holds one whole.
+Readers yield runs of documents' texts (plain `str`s in lists: a unit holds tens of thousands of
+them, so they are handled in bulk) and record what they skip, so every input byte is either a
+document, a counted skip, or a recorded reject: nothing disappears silently. A document longer than
+the configured bound arrives as `DocumentPiece`s instead, each in a list of its own, in order, so
+that no worker ever holds one whole.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ class Tally:
         self.counts: collections.Counter[str] = collections.Counter()
         self.rejects: list[Reject] = []
 
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] += 1
+    def skip(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.skipped[reason] += n
 
     def reject(self, reject: Reject) -> None:
         self.skipped[reject.reason] += 1
@@ -113,16 +115,34 @@ def pieces_of(data: bytes, limit: int) -> Iterator[bytes]:
     yield data[start:]
 
 
-def documents_of_text(text: str, limit: int, tally: Tally) -> Iterator[Document]:
-    """A whole document, or its pieces (counted) when its UTF-8 form is longer than `limit`."""
-    if len(text) <= limit // 4:  # cheap: a UTF-8 character is at most 4 bytes
-        yield text
-        return
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= limit:
-        yield text
-        return
-    tally.count(CUT_DOCUMENTS)
-    for i, piece in enumerate(pieces_of(data, limit)):
-        tally.count(DOCUMENT_PIECES)
-        yield DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0)
+RUN_LENGTH = 4096
+
+
+class DocumentRuns:
+    """Collects a reader's documents into the lists it yields: runs of whole documents, each piece
+    of a cut document alone (see `Source.read`)."""
+
+    def __init__(self, limit: int, tally: Tally):
+        self._limit = limit
+        self._tally = tally
+        self._run: list[str] = []
+
+    def add(self, text: str) -> Iterator[list[Document]]:
+        """The lists ready once `text` is added: a run is handed on every `RUN_LENGTH` documents,
+        and before the pieces of a cut one."""
+        if len(text) <= self._limit // 4 or len(text.encode("utf-8", "surrogatepass")) <= self._limit:
+            self._run.append(text)  # (the first test is cheap: a UTF-8 character is at most 4 bytes)
+            if len(self._run) >= RUN_LENGTH:
+                yield from self.flush()
+            return
+        data = text.encode("utf-8", "surrogatepass")
+        yield from self.flush()
+        self._tally.count(CUT_DOCUMENTS)
+        for i, piece in enumerate(pieces_of(data, self._limit)):
+            self._tally.count(DOCUMENT_PIECES)
+            yield [DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0)]
+
+    def flush(self) -> Iterator[list[Document]]:
+        if self._run:
+            yield self._run
+            self._run = []

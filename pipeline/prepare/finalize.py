@@ -121,7 +121,8 @@ def write_outputs(output_dir: str, plan: Plan, run_info: dict, launcher_versions
     manifest = build_manifest(plan, results, launcher_versions)
     _write_rejects(output_dir, plan, results)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
-    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak}
+    worker_seconds = sum(r.seconds for r in results.values())
+    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds}
     storage.write_bytes_atomic(
         storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     )

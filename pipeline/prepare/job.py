@@ -15,9 +15,9 @@ launcher only watches for failures and cancels the job when one is recorded.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
-import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -28,14 +28,14 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline.prepare import beam_job
 from pipeline.prepare.failures import any_failure
+from pipeline.prepare.forked_workers import die_with_parent
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import RunContext
 
 RESTARTS = 3
-_LOCAL_POLL_SECONDS = 0.2
+_LOCAL_POLL_SECONDS = 0.1
 _REMOTE_POLL_SECONDS = 5.0
-_WORKER_MODULE = "sdk_worker_main"
-_PR_SET_PDEATHSIG = 1
+
 
 
 class JobError(RuntimeError):
@@ -46,16 +46,8 @@ class JobError(RuntimeError):
         self.details = details
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the launcher dies, however it dies."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # elsewhere a killed launcher leaves its job to finish its units
-
-
 def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors) -> None:
-    _die_with_parent()
+    die_with_parent()
     try:
         beam_job.run_units(units, context, options)
     except BaseException as e:
@@ -79,7 +71,8 @@ def _stop(process: multiprocessing.Process) -> None:
 
 
 class _Workers:
-    """The job's SDK worker processes; a death among them while units remain means a lost bundle."""
+    """The job's worker processes (all its descendants); a death among them while units remain
+    means a lost bundle."""
 
     def __init__(self, job_pid: int):
         self._job = psutil.Process(job_pid)
@@ -88,17 +81,20 @@ class _Workers:
     def lost(self) -> bool:
         try:
             for process in self._job.children(recursive=True):
-                if process.pid not in self._seen and _WORKER_MODULE in " ".join(process.cmdline()):
-                    self._seen[process.pid] = process
+                self._seen.setdefault(process.pid, process)
         except psutil.Error:
             pass  # the job is exiting; its exit code tells the rest
         return any(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in self._seen.values())
 
 
 def _start_method() -> str:
-    """Forking skips a second import of Beam, but only a single-threaded process forks safely (a
-    thread holding a lock at the fork holds it forever in the child); else a fresh interpreter."""
-    return "fork" if psutil.Process().num_threads() == 1 else "spawn"
+    """Forking skips a second import of Beam, but is safe only while no other Python thread runs (a
+    thread holding a lock at the fork holds it forever in the child) and JAX has not started its
+    runtime (JAX itself warns then); otherwise the job starts in a fresh interpreter."""
+    xla = sys.modules.get("jax._src.xla_bridge")
+    if threading.active_count() == 1 and not (xla and xla.backends_are_initialized()):
+        return "fork"
+    return "spawn"
 
 
 def _watch_local(

@@ -114,6 +114,11 @@ def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
     return all(sizes.get(shard.path) == shard.bytes for shard in result.shards)
 
 
+def worker_extras(plan: Plan) -> tuple[str, ...]:
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
+    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+
+
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
     """Runs the units not done yet; returns what run_info.json records of it."""
     sizes = shard_sizes(output_dir)
@@ -132,8 +137,7 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
 
     started = time.time()
     restarts = 0
-    # Workers that read hub files need the Hugging Face client too.
-    extras = ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+    extras = worker_extras(plan)
     with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
         try:
             staging = staging_options(pipeline_args, scratch, extras)
@@ -147,7 +151,8 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
             num_units=len(plan.units),
             output_dir=output_dir,
             plan=plan.fingerprint(),
-            package_versions=package_versions(),
+            package_versions=package_versions(extras),
+            extras=extras,
             failures_dir=scratch if local else remote_failures_dir(output_dir),
         )
         if not local:
@@ -217,7 +222,7 @@ def run(argv: list[str] | None = None) -> Manifest:
             "host": platform.node(),
             "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
-        manifest = write_outputs(output_dir, plan, run_info, package_versions())
+        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)))
     except (FinalizeError, OSError) as e:
         raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)

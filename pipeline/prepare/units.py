@@ -59,6 +59,7 @@ class UnitResult:
     digest: str
     newlines: int
     package_versions: dict[str, str]
+    seconds: float
     peak_rss_bytes: int
 
     @property

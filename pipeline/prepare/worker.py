@@ -14,12 +14,13 @@ import functools
 import hashlib
 import json
 import resource
+import time
 
 import numpy as np
 import tiktoken
 
 from pipeline import storage
-from pipeline.prepare.documents import BAD_FILE, DocumentPiece, Reject, Tally
+from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
 from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.prepare.sources.base import ContentDigest
@@ -91,7 +92,8 @@ class RunContext:
     num_units: int
     output_dir: str
     plan: str  # the plan's fingerprint, recorded in every unit record
-    package_versions: dict[str, str]
+    package_versions: dict[str, str]  # the launcher's, for the run's extras
+    extras: tuple[str, ...]
     failures_dir: str
 
 
@@ -156,22 +158,26 @@ class _UnitWriter:
         self._batches = 0
         self._piece_split = "train"
 
-    def add(self, document: str | DocumentPiece) -> None:
-        if isinstance(document, DocumentPiece):
-            # A cut document's pieces stay in order, each a record of its own, all in the split of
-            # its first piece.
-            self.flush()
-            if document.first:
-                to_validation = validation_mask([document.text], self._config.validation_fraction, self._config.seed)
-                self._piece_split = "validation" if to_validation[0] else "train"
-            if document.text:
-                tokens, lengths = encode_documents(self._encoding, [document.text])
-                self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
+    def add(self, documents: list[Document]) -> None:
+        """A run of whole documents, or one piece of a cut document (see `Source.read`)."""
+        if documents and isinstance(documents[0], DocumentPiece):
+            self._add_piece(documents[0])
             return
-        self._batch.append(document)
-        self._batch_bytes += len(document)
+        self._batch += documents
+        self._batch_bytes += sum(map(len, documents))
         if self._batch_bytes >= self._config.unit_bytes:
             self.flush()
+
+    def _add_piece(self, piece: DocumentPiece) -> None:
+        """A cut document's pieces stay in order, each a record of its own, all in the split of its
+        first piece."""
+        self.flush()
+        if piece.first:
+            to_validation = validation_mask([piece.text], self._config.validation_fraction, self._config.seed)
+            self._piece_split = "validation" if to_validation[0] else "train"
+        if piece.text:
+            tokens, lengths = encode_documents(self._encoding, [piece.text])
+            self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
 
     def flush(self) -> None:
         if not self._batch:
@@ -203,13 +209,14 @@ def check_unchanged(unit: WorkUnit) -> None:
 def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     """Reads, tokenizes and writes one unit, then records it. Content errors raise SourceError,
     or, with `skip_bad_files`, skip the whole unit with a recorded reject."""
+    started = time.perf_counter()
     config = context.config
     check_unchanged(unit)
     tally, digest = Tally(), ContentDigest()
     writer = _UnitWriter(context, unit, load_encoding(config.tokenizer))
     try:
-        for document in SOURCES[unit.format].read(unit, config, tally, digest):
-            writer.add(document)
+        for documents in SOURCES[unit.format].read(unit, config, tally, digest):
+            writer.add(documents)
         writer.flush()
         shards = writer.shards.close()
     except SourceError as e:
@@ -237,7 +244,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         counts=dict(sorted(tally.counts.items())),
         digest=digest.hexdigest(),
         newlines=digest.newlines,
-        package_versions=_worker_versions(),
+        package_versions=_worker_versions(context.extras),
+        seconds=time.perf_counter() - started,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux counts KiB
     )
     storage.write_bytes_atomic(

@@ -40,9 +40,10 @@ REQUIREMENTS_NAME = "worker-requirements.txt"
 
 # The packages whose versions decide what prepare writes: tokenizer, shard format, readers.
 _OUTPUT_PACKAGES = ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "zstandard")
-# Read only Hugging Face inputs (the `hf` extra): recorded where installed, and compared only where
-# both sides have them, since a launcher with them may run workers without them.
-_OPTIONAL_PACKAGES = ("datasets", "huggingface-hub")
+# The packages an extra brings that decide what prepare writes when a run needs that extra (the
+# Hugging Face client reads hub files). A run that does not need them records nothing of them, so
+# its manifest does not depend on what else happens to be installed.
+_EXTRA_OUTPUT_PACKAGES = {"hf": ("datasets", "huggingface-hub")}
 # Beam's own dependencies come with the SDK container of the launcher's Beam version: pinning them
 # would reinstall them, and unsettle the container's other packages, on every worker.
 _PINNED_WITHOUT_DEPENDENCIES = ("apache-beam",)
@@ -102,16 +103,11 @@ def _own_requirements(extras: Sequence[str]) -> list[Requirement]:
     return [r for extra in ("", *extras) for r in _requirements_for(distribution.requires, extra)]
 
 
-def package_versions() -> dict[str, str]:
-    """What the manifest records, and what a worker must share with the launcher."""
-    versions = {"python": platform.python_version()}
-    for name in _OUTPUT_PACKAGES:
-        versions[name] = _installed_version(name) or "not installed"
-    for name in _OPTIONAL_PACKAGES:
-        version = _installed_version(name)
-        if version is not None:
-            versions[name] = version
-    return versions
+def package_versions(extras: Sequence[str] = ()) -> dict[str, str]:
+    """What the manifest records, and what a worker must share with the launcher, for a run that
+    needs `extras` (`("hf",)` for one that reads Hugging Face hub files)."""
+    names = [*_OUTPUT_PACKAGES, *(name for extra in extras for name in _EXTRA_OUTPUT_PACKAGES.get(extra, ()))]
+    return {"python": platform.python_version(), **{n: _installed_version(n) or "not installed" for n in names}}
 
 
 def _installed_version(name: str) -> str | None:
@@ -130,8 +126,6 @@ def version_mismatch(expected: Mapping[str, str], actual: Mapping[str, str]) -> 
     differences = []
     for name in [*expected, *(n for n in actual if n not in expected)]:
         want, have = expected.get(name), actual.get(name)
-        if name in _OPTIONAL_PACKAGES and (want is None or have is None):
-            continue
         if name == "python" and want and have:
             same = want.split(".")[:2] == have.split(".")[:2]
         else:

@@ -54,8 +54,9 @@ class Source(Protocol):
 
     def read(
         self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[Document]:
-        """The unit's documents in input order; skips and rejects go to `tally`, what the unit owns
+    ) -> Iterator[list[Document]]:
+        """The unit's documents in input order, in lists: runs of whole documents, and each piece
+        of a cut document in a list of its own. Skips and rejects go to `tally`, what the unit owns
         of the input to `digest`."""
 
 

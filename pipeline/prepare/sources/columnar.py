@@ -20,9 +20,9 @@ from pipeline.prepare.documents import (
     MISSING_TEXT,
     NON_STRING_TEXT,
     Document,
+    DocumentRuns,
     Reject,
     Tally,
-    documents_of_text,
 )
 from pipeline.prepare.sources.base import ContentDigest, SourceError
 from pipeline.prepare.units import WorkUnit
@@ -71,7 +71,8 @@ def _add_to_digest(values: list[Any], digest: ContentDigest) -> None:
 
 def documents_from_values(
     values: list[Any], first_row: int, path: str, field: str, config: PrepareConfig, tally: Tally
-) -> Iterator[Document]:
+) -> Iterator[list[Document]]:
+    runs = DocumentRuns(config.max_document_bytes, tally)
     for row, text in enumerate(values, start=first_row):
         if text is None:
             tally.reject(Reject(MISSING_TEXT, path, f"{field!r} is null", row=row))
@@ -80,7 +81,8 @@ def documents_from_values(
         elif not text.strip():
             tally.skip(EMPTY)
         else:
-            yield from documents_of_text(text, config.max_document_bytes, tally)
+            yield from runs.add(text)
+    yield from runs.flush()
 
 
 def _column_index(schema: pa.Schema, path: str, field: str) -> int:
@@ -126,7 +128,7 @@ class _ColumnarSource:
 
     def read(
         self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[Document]:
+    ) -> Iterator[list[Document]]:
         row = unit.start
         with self.open(unit.path) as f:
             for values in _read_rows(unit, self.batches(f, unit, config.text_field), config.text_field):

@@ -23,10 +23,10 @@ from pipeline.prepare.documents import (
     MISSING_TEXT,
     NON_STRING_TEXT,
     Document,
+    DocumentRuns,
     Reject,
     Tally,
     decode_utf8,
-    documents_of_text,
 )
 from pipeline.prepare.sources.base import (
     BOM,
@@ -119,7 +119,7 @@ class JsonlSource:
 
     def read(
         self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[Document]:
+    ) -> Iterator[list[Document]]:
         limit = _LINE_LIMIT_FACTOR * config.max_document_bytes
         with storage.open_raw(unit.path) as f:
             compression = compression_of(unit.path)
@@ -134,6 +134,7 @@ class JsonlSource:
                 lines = _lines(_owned_lines(reader, first), limit)
                 # Newlines between the range's start and its first line: the one just before it.
                 first_offset = 1 if first else 0
+            runs = DocumentRuns(config.max_document_bytes, tally)
             for offset, line in enumerate(lines, start=first_offset):
                 if line is None:
                     tally.reject(Reject(LINE_TOO_LONG, unit.path, f"longer than {limit} bytes", line=offset))
@@ -142,7 +143,8 @@ class JsonlSource:
                     line = line[len(BOM) :]
                 text = _parse_line(line, unit.path, offset, config.text_field, tally)
                 if text is not None:
-                    yield from documents_of_text(text, config.max_document_bytes, tally)
+                    yield from runs.add(text)
+            yield from runs.flush()
 
 
 def _owned_lines(reader: RangeReader, first: int) -> Iterator[bytes]:
