@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The base install alone, as a machine that only prepares has it: prepare is benchmarked in it.
+BASE_VENV ?= .venv-base
 DEMO_DIR ?= out/demo
 DEMO_RUN ?= runs/demo
 DEMO_STORIES ?= 30000
@@ -34,10 +36,18 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest
 
-bench: venv
-	$(PY) benchmarks/prepare_throughput.py
-	$(PY) benchmarks/loader_throughput.py
+$(BASE_VENV)/.installed: setup.py constraints.txt
+	$(PYTHON) -m venv $(BASE_VENV)
+	$(BASE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BASE_VENV)/bin/python -m pip install -q -c constraints.txt .
+	touch $@
+
+# Each script measures against a reference in the same run and, with --check, fails below its goal.
+bench: venv $(BASE_VENV)/.installed
+	$(PY) benchmarks/prepare_throughput.py --python $(BASE_VENV)/bin/python --check
+	$(PY) benchmarks/planning.py --check
+	$(PY) benchmarks/loader_throughput.py --check
 	$(PY) benchmarks/train_step.py
 
 clean:
-	rm -rf $(VENV) out runs *.egg-info
+	rm -rf $(VENV) $(BASE_VENV) out runs *.egg-info

@@ -86,6 +86,7 @@ def test_prepare_to_gcs_writes_the_bytes_of_a_local_run(bucket, local_run):
     assert inspected.returncode == 0 and "--- document 0" in inspected.stdout
 
 
+@pytest.mark.slow
 def test_the_loader_reads_gcs_shards_directly(bucket, local_run, tmp_path):
     out = bucket.url("out")
     run_prepare([bucket.url("raw/stories.txt")], out, *ARGS)
@@ -99,6 +100,7 @@ def test_the_loader_reads_gcs_shards_directly(bucket, local_run, tmp_path):
             np.testing.assert_array_equal(remote[name], local[name])
 
 
+@pytest.mark.slow
 def test_overwrite_on_gcs_replaces_only_what_prepare_wrote(bucket):
     source, out = bucket.url("raw/stories.txt"), bucket.url("out")
     first = run_prepare([source], out, "--unit-bytes", "65536")

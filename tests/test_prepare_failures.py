@@ -103,6 +103,7 @@ def test_an_input_inside_the_output_is_refused_before_anything_is_deleted(tmp_pa
     assert open(corpus, "rb").read() == before
 
 
+@pytest.mark.slow
 def test_paths_with_glob_characters_are_literal(tmp_path, encoding):
     document = "the one with brackets " * 20
     odd = write_text(str(tmp_path / "a[1].txt"), [document] * 300)
@@ -119,6 +120,7 @@ def test_paths_with_glob_characters_are_literal(tmp_path, encoding):
 
 
 @pytest.mark.parametrize("suffix", ["gz", "zst"])
+@pytest.mark.slow
 def test_trailing_zero_padding_is_accepted(tmp_path, suffix):
     docs = sample_documents(300)
     plain = write_jsonl(str(tmp_path / "c.jsonl"), docs)

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import decoded_documents, run_prepare, sample_documents, write_parquet
 from schemas import formats
 
@@ -46,6 +48,7 @@ def test_a_hub_dataset_is_read_pinned_by_worker_processes(hub, tmp_path, encodin
     assert data_reads and all(r.range for r in data_reads)
 
 
+@pytest.mark.slow
 def test_a_rerun_reads_the_commit_the_run_pinned(hub, tmp_path, encoding):
     first = hub.commit("org/stories", _repo(tmp_path / "v1", DOCS))
     out = str(tmp_path / "out")

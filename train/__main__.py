@@ -12,7 +12,6 @@ import sys
 
 from model.config import PRESETS
 
-
 # Command-line options that are not run settings.
 _LAUNCH = ("coordinator", "num_processes", "process_id")
 

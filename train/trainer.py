@@ -13,7 +13,13 @@ from flax import nnx
 from tqdm import tqdm
 
 from model.gpt import GPT
-from pipeline.load import SOURCE_TOKENS, DataSource, LoaderConfig, make_dataset, open_sources
+from pipeline.load import (
+    SOURCE_TOKENS,
+    DataSource,
+    LoaderConfig,
+    make_dataset,
+    open_sources,
+)
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
 from train.host_batches import FedBatches, join_host_batches

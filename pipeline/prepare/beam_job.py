@@ -30,7 +30,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner
 from apache_beam.transforms import environments
 
 from pipeline.prepare.failures import UnitFailure, any_failure, record_failure
-from pipeline.prepare.forked_workers import ForkedWorkers, uses_forked_workers
+from pipeline.prepare.forked_workers import ForkedWorkers, forked_worker_count
 from pipeline.prepare.retries import is_transient, with_retries
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import WorkUnit
@@ -172,12 +172,13 @@ def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptio
 
     Call it in a single-threaded process: in `multi_processing` mode it forks the workers first.
     """
-    if not uses_forked_workers(options):
+    count = forked_worker_count(options)
+    if not count:
         with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
             _build(pipeline, units, context)
         return
     load_encoding(context.config.tokenizer)  # once, before the fork, for every worker
-    workers = ForkedWorkers(options.view_as(DirectOptions).direct_num_workers or os.cpu_count() or 1)
+    workers = ForkedWorkers(count)
     try:
         # A running mode the runner does not know keeps the given environment instead of its own.
         options.view_as(DirectOptions).direct_running_mode = None

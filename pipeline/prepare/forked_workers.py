@@ -103,6 +103,10 @@ class ForkedWorkers:
             os.waitpid(pid, 0)
 
 
-def uses_forked_workers(options: PipelineOptions) -> bool:
-    """Beam's `multi_processing` mode (the project's local default) runs on forked workers."""
-    return options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+def forked_worker_count(options: PipelineOptions) -> int:
+    """How many workers a local run forks: Beam's `multi_processing` mode (the project's local
+    default) runs on forked workers, one per `direct_num_workers`; the other modes fork none."""
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode != "multi_processing":
+        return 0
+    return direct.direct_num_workers or os.cpu_count() or 1

@@ -28,14 +28,13 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline.prepare import beam_job
 from pipeline.prepare.failures import any_failure
-from pipeline.prepare.forked_workers import die_with_parent
+from pipeline.prepare.forked_workers import die_with_parent, forked_worker_count
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import RunContext
 
 RESTARTS = 3
-_LOCAL_POLL_SECONDS = 0.1
+_LOCAL_POLL_SECONDS = 0.25
 _REMOTE_POLL_SECONDS = 5.0
-
 
 
 class JobError(RuntimeError):
@@ -56,7 +55,7 @@ def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions,
 
 
 def _stop(process: multiprocessing.Process) -> None:
-    """Kills the job and every process it started (Beam's worker processes)."""
+    """Kills the job and every process it started (its worker processes)."""
     try:
         tree = psutil.Process(process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -71,20 +70,22 @@ def _stop(process: multiprocessing.Process) -> None:
 
 
 class _Workers:
-    """The job's worker processes (all its descendants); a death among them while units remain
-    means a lost bundle."""
+    """The job's worker processes (its descendants); a death among them while units remain means a
+    lost bundle. The job starts them all at once, so once some are found they are all there, and
+    polling checks those alone instead of scanning the process table."""
 
-    def __init__(self, job_pid: int):
+    def __init__(self, job_pid: int, expected: int):
         self._job = psutil.Process(job_pid)
-        self._seen: dict[int, psutil.Process] = {}
+        self._expected = expected
+        self._seen: list[psutil.Process] = []
 
     def lost(self) -> bool:
-        try:
-            for process in self._job.children(recursive=True):
-                self._seen.setdefault(process.pid, process)
-        except psutil.Error:
-            pass  # the job is exiting; its exit code tells the rest
-        return any(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in self._seen.values())
+        if len(self._seen) < self._expected:
+            try:
+                self._seen = self._job.children(recursive=True)
+            except psutil.Error:
+                pass  # the job is exiting; its exit code tells the rest
+        return any(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in self._seen)
 
 
 def _start_method() -> str:
@@ -110,7 +111,7 @@ def _watch_local(
     process = start.Process(target=_child, args=(units, context, options, send), daemon=False)
     process.start()
     send.close()
-    workers = _Workers(process.pid)
+    workers = _Workers(process.pid, forked_worker_count(options))
     wanted = {u.index for u in units}
     try:
         while True:

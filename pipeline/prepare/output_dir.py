@@ -77,7 +77,11 @@ def _overwrite(output_dir: str) -> bool:
     earlier = written_by_earlier_run(output_dir)
     if earlier is None:
         return False
-    storage.delete(earlier)
+    # Which of them exist, from a listing per directory rather than a request per name.
+    present = set(storage.sizes_in(output_dir))
+    for split in formats.SPLITS:
+        present.update(storage.sizes_in(storage.join(output_dir, split)))
+    storage.delete([path for path in earlier if path in present])
     remove_state(output_dir)
     for split in formats.SPLITS:
         storage.remove_empty_directory(storage.join(output_dir, split))

@@ -120,17 +120,25 @@ def separator_regex(separator: str) -> re.Pattern[bytes]:
     return re.compile(rb"\n[ \t]*" + re.escape(separator.encode("utf-8")) + rb"[ \t]*\r?(?=\n)")
 
 
-def split_at_separator_lines(data: bytes, separator: str) -> list[bytes]:
+def split_at_separator_lines(data: bytes | str, separator: str) -> list[bytes] | list[str]:
     """`data` (which starts at a line start) cut at every separator line; the pieces keep their
-    surrounding whitespace, and the last one ends with an added newline.
+    surrounding whitespace. Bytes in, bytes out; text in, text out.
 
     When every occurrence of the separator is a bare line of its own, a plain split finds exactly
-    the cuts the regex finds, several times faster; anything else (spaces, CRLF, consecutive
-    separator lines, the separator inside a line) takes the regex.
+    the cuts the regex finds, several times faster (and without copying `data` to wrap it in
+    newlines); anything else (spaces, CRLF, consecutive separator lines, the separator inside a
+    line) takes the regex.
     """
-    encoded = separator.encode("utf-8")
-    wrapped = b"\n" + data + b"\n"
-    pieces = wrapped.split(b"\n" + encoded + b"\n")
-    if len(pieces) - 1 == data.count(encoded):
+    text = isinstance(data, str)
+    newline, sep = ("\n", separator) if text else (b"\n", separator.encode("utf-8"))
+    pieces = data.split(newline + sep + newline)
+    if data.startswith(sep + newline) or data == sep:  # a separator line first, or alone
+        pieces[0:1] = [data[:0], pieces[0][len(sep) + 1 :]]
+    if data.endswith(newline + sep):  # a separator line last, with no newline after it
+        pieces[-1:] = [pieces[-1][: -len(sep) - 1], data[:0]]
+    if len(pieces) - 1 == data.count(sep):
         return pieces
-    return separator_regex(separator).split(wrapped)
+    pattern = separator_regex(separator)
+    pieces = (re.compile(pattern.pattern.decode("utf-8")) if text else pattern).split(newline + data + newline)
+    pieces[0], pieces[-1] = pieces[0][1:], pieces[-1][:-1]  # the newlines added around `data`
+    return pieces

@@ -69,24 +69,27 @@ class TextSource:
                     break
                 region += more
                 last_line += more
-            pieces = split_at_separator_lines(region, config.separator)
+            try:  # decoded whole, as text, when it can be: faster than piece by piece
+                pieces = split_at_separator_lines(region.decode("utf-8"), config.separator)
+            except UnicodeDecodeError:
+                pieces = split_at_separator_lines(region, config.separator)
             owned = pieces if unit.start == 0 else pieces[1:]
             if not owned:
                 return
             yield _whole_documents(owned[:-1], tally)
             # The last document runs on past the region, up to the next separator line if any.
-            head = owned[-1][1:-1] if len(pieces) == 1 else owned[-1][:-1]
+            head = owned[-1].encode("utf-8") if isinstance(owned[-1], str) else owned[-1]
             yield from _finish(bytearray(head + rest), reader, config, tally, at_eof=at_eof)
 
 
-def _whole_documents(pieces: list[bytes], tally: Tally) -> list[str]:
+def _whole_documents(pieces: list[bytes] | list[str], tally: Tally) -> list[str]:
     """The pieces between separator lines as documents, stripped; blank ones are counted skips.
 
     In bulk, with list comprehensions: a unit holds tens of thousands of documents.
     """
-    try:
-        texts = [piece.decode("utf-8").strip() for piece in pieces]
-    except UnicodeDecodeError:
+    if pieces and isinstance(pieces[0], str):
+        texts = [piece.strip() for piece in pieces]
+    else:
         texts = [decode_utf8(piece, tally).strip() for piece in pieces]
     documents = [text for text in texts if text]
     tally.skip(EMPTY, len(texts) - len(documents))
