@@ -42,12 +42,17 @@ $(BASE_VENV)/.installed: setup.py constraints.txt
 	$(BASE_VENV)/bin/python -m pip install -q -c constraints.txt .
 	touch $@
 
-# Each script measures against a reference in the same run and, with --check, fails below its goal.
+# Each script measures against a reference in the same run and, with --check, fails below its goal;
+# all of them run, and the target fails if any check did.
 bench: venv $(BASE_VENV)/.installed
-	$(PY) benchmarks/prepare_throughput.py --python $(BASE_VENV)/bin/python --check
-	$(PY) benchmarks/planning.py --check
-	$(PY) benchmarks/loader_throughput.py --check
-	$(PY) benchmarks/train_step.py
+	@status=0; \
+	$(PY) benchmarks/prepare_throughput.py --python $(BASE_VENV)/bin/python --check || status=1; \
+	$(PY) benchmarks/prepare_throughput.py --python $(BASE_VENV)/bin/python --megabytes 1024 --rounds 3 \
+		--skip-nanogpt --workdir /tmp/prepare_bench_1g || status=1; \
+	$(PY) benchmarks/planning.py --check || status=1; \
+	$(PY) benchmarks/loader_throughput.py --check || status=1; \
+	$(PY) benchmarks/train_step.py || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) $(BASE_VENV) out runs *.egg-info

@@ -18,15 +18,15 @@ Why these and not Grain's packers (`grain.experimental.ConcatThenSplitIterDatase
 `FirstFitPackIterDataset`, wired to the same chunk stream in pipeline/load/grain_packing.py)? Where
 their semantics coincide they give the same batches (tests/test_loader_grain_oracle.py: the same
 windows; the same segments in the same rows), and over this chunk stream their checkpoints are a
-few integers too, independent of the worker count. They are slower. One run of
-benchmarks/loader_throughput.py (2 cores, load average about 2, seq_len 1024, global batch 16),
+few integers too, independent of the worker count. They are slower. The run in
+docs/benchmark-run.txt (benchmarks/loader_throughput.py, 2 cores, seq_len 1024, global batch 16),
 tokens/s as a fraction of the memmap baseline, with 0 / 2 prefetch workers:
 
     packer                      ~200-token documents   ~20k-token documents
-    ours, concat                    1.11 / 1.62            2.49 / 2.70
-    Grain concat-then-split         0.34 / 0.41            0.45 / 0.43
-    ours, document                  0.58 / 0.78            0.80 / 1.16
-    Grain first fit                 0.05 / 0.04            0.17 / 0.19
+    ours, concat                    1.02 / 1.54            2.43 / 2.41
+    Grain concat-then-split         0.22 / 0.29            0.43 / 0.52
+    ours, document                  0.79 / 0.75            1.11 / 1.19
+    Grain first fit                 0.03 / 0.04            0.17 / 0.15
 
 Concat-then-split cuts and packs one row at a time in Python (then a batch is stacked from rows);
 first fit tries each document against the rows with a dozen numpy calls, copies it in with a few

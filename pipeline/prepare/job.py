@@ -16,6 +16,7 @@ launcher only watches for failures and cancels the job when one is recorded.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import sys
 import threading
 import time
@@ -124,7 +125,8 @@ def _watch_local(
             if workers.lost():
                 return "lost"
             tick()
-            time.sleep(_LOCAL_POLL_SECONDS)
+            # Woken early when the job exits: it does once its last unit is done.
+            multiprocessing.connection.wait([process.sentinel], _LOCAL_POLL_SECONDS)
     finally:
         _stop(process)
     if any_failure(context.failures_dir):
