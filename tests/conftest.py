@@ -13,8 +13,8 @@ import pytest
 # Tests import the project from the checkout, installed or not.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.prepare import launcher  # noqa: E402
 from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
+from pipeline.prepare import launcher  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 
 # Fixtures shared by several modules: the hub stand-in, the clean worker environment.
@@ -102,3 +102,15 @@ def encoding():
     from pipeline.tokenizer import load_encoding
 
     return load_encoding("gpt2")
+
+
+@pytest.fixture(scope="session")
+def stories_dataset(tmp_path_factory) -> str:
+    """A small prepared story corpus with a validation split, read (never written) by the trainer's
+    tests."""
+    from pipeline.corpus import write_corpus
+
+    root = tmp_path_factory.mktemp("stories")
+    write_corpus(str(root / "stories.txt"), 400, seed=5)
+    run_prepare([str(root / "stories.txt")], str(root / "out"), "--validation-fraction", "0.1", "--record-tokens", "512")
+    return str(root / "out")

@@ -14,9 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_prepare
 from model.config import preset
-from pipeline.corpus import write_corpus
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.run_tokenizer import TOKENIZER_NAME
@@ -27,17 +25,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("data")
-    write_corpus(str(root / "stories.txt"), 400, seed=5)
-    run_prepare([str(root / "stories.txt")], str(root / "out"), "--validation-fraction", "0.1", "--record-tokens", "512")
-    return str(root / "out")
-
-
-def _config(prepared: str, workdir: str, **overrides) -> TrainConfig:
+def _config(stories_dataset: str, workdir: str, **overrides) -> TrainConfig:
     base = TrainConfig(
-        data=prepared, workdir=workdir, model=preset("tiny", **SMALL), steps=8, batch_size=4, seq_len=32,
+        data=stories_dataset, workdir=workdir, model=preset("tiny", **SMALL), steps=8, batch_size=4, seq_len=32,
         warmup_steps=2, learning_rate=3e-3, checkpoint_every=4, eval_every=4, eval_batches=2,
     )
     return dataclasses.replace(base, **overrides)
@@ -51,16 +41,16 @@ def _losses(workdir: str) -> tuple[list[float], list[float]]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(prepared, tmp_path_factory) -> tuple[str, dict]:
+def uninterrupted(stories_dataset, tmp_path_factory) -> tuple[str, dict]:
     workdir = str(tmp_path_factory.mktemp("whole"))
-    return workdir, train(_config(prepared, workdir))
+    return workdir, train(_config(stories_dataset, workdir))
 
 
-def test_resume_continues_exactly_as_an_uninterrupted_run(prepared, uninterrupted, tmp_path):
+def test_resume_continues_exactly_as_an_uninterrupted_run(stories_dataset, uninterrupted, tmp_path):
     whole_dir, whole = uninterrupted
-    first = train(_config(prepared, str(tmp_path / "split"), steps=4, decay_steps=8))
+    first = train(_config(stories_dataset, str(tmp_path / "split"), steps=4, decay_steps=8))
     assert first["step"] == 4
-    second = train(_config(prepared, str(tmp_path / "split"), decay_steps=8))
+    second = train(_config(stories_dataset, str(tmp_path / "split"), decay_steps=8))
     assert second["step"] == 8
     losses, evals = _losses(whole_dir)
     resumed, resumed_evals = _losses(str(tmp_path / "split"))
@@ -71,36 +61,36 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(prepared, uninterrupte
     assert os.path.exists(whole["plot"])
 
 
-def test_resume_after_a_crash_past_the_last_checkpoint(prepared, uninterrupted, tmp_path):
+def test_resume_after_a_crash_past_the_last_checkpoint(stories_dataset, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
-    train(_config(prepared, workdir, steps=6, decay_steps=8))  # checkpoints at 4 and 6 (the last)
+    train(_config(stories_dataset, workdir, steps=6, decay_steps=8))  # checkpoints at 4 and 6 (the last)
     # As if the run died after logging step 6 but before its checkpoint landed.
     shutil.rmtree(os.path.join(workdir, "checkpoints", "6"))
-    result = train(_config(prepared, workdir, decay_steps=8))
+    result = train(_config(stories_dataset, workdir, decay_steps=8))
     np.testing.assert_allclose(_losses(workdir)[0], _losses(uninterrupted[0])[0], rtol=1e-6)
     assert result["params_sha256"] == uninterrupted[1]["params_sha256"]
 
 
-def test_a_finished_run_is_not_trained_further(prepared, uninterrupted):
+def test_a_finished_run_is_not_trained_further(stories_dataset, uninterrupted):
     workdir, whole = uninterrupted
-    again = train(_config(prepared, workdir))
+    again = train(_config(stories_dataset, workdir))
     assert again["params_sha256"] == whole["params_sha256"]
     assert len(_losses(workdir)[0]) == 8
 
 
-def test_changed_settings_are_refused_on_resume(prepared, tmp_path):
+def test_changed_settings_are_refused_on_resume(stories_dataset, tmp_path):
     workdir = str(tmp_path / "run")
-    train(_config(prepared, workdir, steps=3))
+    train(_config(stories_dataset, workdir, steps=3))
     with pytest.raises(ValueError, match="different batch_size"):
-        train(_config(prepared, workdir, steps=4, batch_size=8))
+        train(_config(stories_dataset, workdir, steps=4, batch_size=8))
     # Without --decay-steps, other --steps would stretch the schedule: refused too.
     with pytest.raises(ValueError, match="would move the schedule.s horizon from step 3"):
-        train(_config(prepared, workdir, steps=4))
+        train(_config(stories_dataset, workdir, steps=4))
 
 
-def test_sample_needs_only_the_workdir(prepared, tmp_path):
+def test_sample_needs_only_the_workdir(stories_dataset, tmp_path):
     data = str(tmp_path / "data")
-    shutil.copytree(prepared, data)
+    shutil.copytree(stories_dataset, data)
     workdir = str(tmp_path / "run")
     train(_config(data, workdir, steps=3))
     shutil.rmtree(data)
@@ -136,20 +126,20 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_loader_workers_may_change_on_resume(prepared, uninterrupted, tmp_path):
+def test_loader_workers_may_change_on_resume(stories_dataset, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
-    train(_config(prepared, workdir, steps=4, decay_steps=8, loader_workers=0))
-    result = train(_config(prepared, workdir, decay_steps=8, loader_workers=2))
+    train(_config(stories_dataset, workdir, steps=4, decay_steps=8, loader_workers=0))
+    result = train(_config(stories_dataset, workdir, decay_steps=8, loader_workers=2))
     np.testing.assert_allclose(_losses(workdir)[0], _losses(uninterrupted[0])[0], rtol=1e-6)
     assert result["params_sha256"] == uninterrupted[1]["params_sha256"]
 
 
 @pytest.mark.slow
-def test_two_processes_train_one_model_from_their_own_parts(prepared, tmp_path):
+def test_two_processes_train_one_model_from_their_own_parts(stories_dataset, tmp_path):
     port = _free_port()
     workdir = str(tmp_path / "run")
     common = [
-        sys.executable, "-m", "train", "--data", prepared, "--workdir", workdir, "--steps", "6",
+        sys.executable, "-m", "train", "--data", stories_dataset, "--workdir", workdir, "--steps", "6",
         "--batch-size", "4", "--seq-len", "32", "--width", "32", "--layers", "1", "--heads", "2",
         "--checkpoint-every", "3", "--eval-every", "3", "--eval-batches", "1",
         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",

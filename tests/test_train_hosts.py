@@ -13,9 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_prepare
-from pipeline.corpus import write_corpus
-from train.host_batches import FedBatches, check_shards_agree, join_host_batches, sum_over_groups
+from train.host_batches import (
+    FedBatches,
+    check_shards_agree,
+    join_host_batches,
+    sum_over_groups,
+)
 from train.mesh import HostShards, data_positions
 from train.metrics import METRICS_NAME, read_rows
 from train.processes import agreed, gather_int64
@@ -104,16 +107,8 @@ def _two_processes(args_of: list[list[str]], *, timeout: int = 300) -> list[subp
     return [subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("data")
-    write_corpus(str(root / "stories.txt"), 400, seed=5)
-    run_prepare([str(root / "stories.txt")], str(root / "out"), "--validation-fraction", "0.1", "--record-tokens", "512")
-    return str(root / "out")
-
-
-def _train_args(prepared: str, workdir: str, *extra: str) -> list[str]:
-    return ["-m", "train", "--data", prepared, "--workdir", workdir, "--steps", "6", "--batch-size", "4",
+def _train_args(stories_dataset: str, workdir: str, *extra: str) -> list[str]:
+    return ["-m", "train", "--data", stories_dataset, "--workdir", workdir, "--steps", "6", "--batch-size", "4",
             "--seq-len", "32", "--width", "32", "--layers", "1", "--heads", "2", "--checkpoint-every", "3",
             "--eval-every", "3", "--eval-batches", "1", *extra]
 
@@ -124,14 +119,14 @@ def _losses(workdir: str) -> list[float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", [["--mesh", "model=2"], ["--mesh", "data=2"], ["--mesh", "data=2", "--fsdp"]])
-def test_two_processes_compute_what_one_process_with_the_same_mesh_does(prepared, tmp_path, layout):
+def test_two_processes_compute_what_one_process_with_the_same_mesh_does(stories_dataset, tmp_path, layout):
     two = str(tmp_path / "two")
-    results = _two_processes([_train_args(prepared, two, *layout)] * 2)
+    results = _two_processes([_train_args(stories_dataset, two, *layout)] * 2)
     for r in results:
         assert r.returncode == 0, r.stderr[-3000:]
     one = str(tmp_path / "one")
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    single = subprocess.run([sys.executable, *_train_args(prepared, one, *layout)], cwd=REPO, env=env,
+    single = subprocess.run([sys.executable, *_train_args(stories_dataset, one, *layout)], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
     assert len(_losses(one)) == 8  # six steps and two evals
@@ -172,9 +167,9 @@ def test_processes_that_feed_the_same_rows_differently_are_stopped_on_every_proc
 
 
 @pytest.mark.slow
-def test_processes_started_with_different_settings_all_stop(prepared, tmp_path):
+def test_processes_started_with_different_settings_all_stop(stories_dataset, tmp_path):
     workdir = str(tmp_path / "run")
-    results = _two_processes([_train_args(prepared, workdir), _train_args(prepared, workdir, "--seed", "1")])
+    results = _two_processes([_train_args(stories_dataset, workdir), _train_args(stories_dataset, workdir, "--seed", "1")])
     for r in results:
         assert r.returncode == 1, r.stderr[-3000:]
         assert r.stderr.strip().splitlines()[-1] == (
@@ -184,11 +179,11 @@ def test_processes_started_with_different_settings_all_stop(prepared, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resume_refused_on_one_process_stops_all(prepared, tmp_path):
+def test_a_resume_refused_on_one_process_stops_all(stories_dataset, tmp_path):
     workdir = str(tmp_path / "run")
-    first = _two_processes([_train_args(prepared, workdir, "--steps", "3")] * 2)
+    first = _two_processes([_train_args(stories_dataset, workdir, "--steps", "3")] * 2)
     assert [r.returncode for r in first] == [0, 0], first[0].stderr[-3000:]
-    resumed = _two_processes([_train_args(prepared, workdir), _train_args(prepared, workdir, "--batch-size", "8")])
+    resumed = _two_processes([_train_args(stories_dataset, workdir), _train_args(stories_dataset, workdir, "--batch-size", "8")])
     for r in resumed:
         assert r.returncode == 1, r.stderr[-3000:]
         assert r.stderr.strip().splitlines()[-1] == (
@@ -199,12 +194,12 @@ def test_a_resume_refused_on_one_process_stops_all(prepared, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resume_onto_another_data_axis_is_refused(prepared, tmp_path):
+def test_a_resume_onto_another_data_axis_is_refused(stories_dataset, tmp_path):
     workdir = str(tmp_path / "run")
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
 
     def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *_train_args(prepared, workdir, *extra)], cwd=REPO, env=env,
+        return subprocess.run([sys.executable, *_train_args(stories_dataset, workdir, *extra)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)
 
     first = run("--steps", "3", "--mesh", "data=2")
