@@ -111,13 +111,15 @@ class RangeReader:
         return data
 
 
-def separator_regex(separator: str) -> re.Pattern[bytes]:
-    """A whole line holding only the separator (spaces and a CRLF ending allowed).
+def separator_regex(separator: str, *, text: bool = False) -> re.Pattern:
+    """A whole line holding only the separator (spaces and a CRLF ending allowed), over bytes, or
+    over str with `text`.
 
     Matches from the newline before the line up to, not including, the newline after it, so
     consecutive separator lines all match; apply it to the data wrapped in newlines.
     """
-    return re.compile(rb"\n[ \t]*" + re.escape(separator.encode("utf-8")) + rb"[ \t]*\r?(?=\n)")
+    pattern = r"\n[ \t]*" + re.escape(separator) + r"[ \t]*\r?(?=\n)"
+    return re.compile(pattern if text else pattern.encode("utf-8"))
 
 
 def split_at_separator_lines(data: bytes | str, separator: str) -> list[bytes] | list[str]:
@@ -138,7 +140,6 @@ def split_at_separator_lines(data: bytes | str, separator: str) -> list[bytes] |
         pieces[-1:] = [pieces[-1][: -len(sep) - 1], data[:0]]
     if len(pieces) - 1 == data.count(sep):
         return pieces
-    pattern = separator_regex(separator)
-    pieces = (re.compile(pattern.pattern.decode("utf-8")) if text else pattern).split(newline + data + newline)
+    pieces = separator_regex(separator, text=text).split(newline + data + newline)
     pieces[0], pieces[-1] = pieces[0][1:], pieces[-1][:-1]  # the newlines added around `data`
     return pieces
