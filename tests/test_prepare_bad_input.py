@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, read_split, run_prepare, write_jsonl, write_text
+from conftest import decoded_documents, read_split, run_prepare, write_jsonl, write_parquet, write_text
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 
@@ -145,3 +145,54 @@ def test_fifty_megabyte_single_document(tmp_path, encoding):
     assert manifest.totals["train"].tokens == len(encoding.encode_ordinary(text)) + 1
     tokens = np.concatenate(read_split(out))
     assert encoding.decode(tokens[:-1].tolist()) == text
+
+
+def test_a_separator_with_leading_whitespace_split_by_a_unit_boundary_loses_nothing(tmp_path, encoding):
+    # The first document ends so that a unit boundary falls inside the separator line after it,
+    # past its leading whitespace.
+    docs = ["x" * 4092] + [f"document {i}" + " word" * (i % 9) for i in range(100)]
+    path = write_text(str(tmp_path / "c.txt"), docs, separator="  ----")
+    assert open(path, "rb").read()[4093:4099] == b"  ----"
+    out = str(tmp_path / "out")
+    manifest = run_prepare([path], out, "--separator", "  ----", "--unit-bytes", "4096")
+    assert manifest.totals["train"].documents == 101 and not manifest.skipped
+    assert sorted(decoded_documents(out, encoding)) == sorted(docs)
+
+
+def _corrupt_page_parquet(path: str) -> str:
+    """A Parquet file whose second row group's first page header is garbage (its footer is fine)."""
+    import pyarrow.parquet as pq
+
+    write_parquet(path, [f"document {i} " * 20 for i in range(2000)], row_group_size=500)
+    data = bytearray(open(path, "rb").read())
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(0)
+    offset = chunk.dictionary_page_offset or chunk.data_page_offset
+    data[offset : offset + 16] = bytes(b ^ 0xFF for b in data[offset : offset + 16])
+    open(path, "wb").write(bytes(data))
+    return path
+
+
+def _truncated_arrow(path: str) -> str:
+    """An Arrow IPC stream (what `datasets` writes) cut off inside its third record batch."""
+    import pyarrow as pa
+
+    schema = pa.schema([("text", pa.string())])
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for b in range(4):
+            writer.write_batch(pa.record_batch([pa.array([f"batch {b} row {i} " * 10 for i in range(500)])], schema=schema))
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2 + 7])
+    return path
+
+
+@pytest.mark.parametrize("bad", ["corrupt_page.parquet", "truncated.arrow"])
+def test_a_columnar_file_that_fails_inside_pyarrow_is_an_error_or_a_recorded_skip(tmp_path, encoding, bad):
+    path = str(tmp_path / bad)
+    (_corrupt_page_parquet if bad.endswith(".parquet") else _truncated_arrow)(path)
+    good = write_text(str(tmp_path / "good.txt"), ["fine"])
+    with pytest.raises(PrepareError, match=bad):
+        run_prepare([path, good], str(tmp_path / "out"))
+    manifest = run_prepare([path, good], str(tmp_path / "skip"), "--skip-bad-files")
+    assert manifest.skipped["unreadable_file"] >= 1
+    assert all(r["reason"] == "unreadable_file" and r["path"] == path for r in _rejects(str(tmp_path / "skip")))
+    assert "fine" in decoded_documents(str(tmp_path / "skip"), encoding)

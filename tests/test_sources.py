@@ -159,3 +159,46 @@ def test_fast_split_cuts_where_the_regex_cuts():
         fast = split_at_separator_lines(data, SEP)
         regex = separator_regex(SEP).split(b"\n" + data + b"\n")
         assert [p.strip() for p in fast] == [p.strip() for p in regex], lines
+
+
+def test_parquet_units_are_sized_from_the_text_column_after_a_struct_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"{i:04d} " + "w" * 995 for i in range(1280)]  # 1.28 MB of text in one row group: 20 units of 64 KB
+    meta = [{"a": i, "b": "tiny"} for i in range(len(texts))]
+    path = str(tmp_path / "s.parquet")
+    pq.write_table(pa.table({"meta": meta, "text": texts}), path, row_group_size=len(texts))
+    ranges = SOURCES["parquet"].plan(path, FileInfo(os.path.getsize(path), "v"), config(64 * 1024))
+    assert len(ranges) == 20
+    assert read_all(path, "parquet", config(64 * 1024))[0] == texts
+
+
+def test_a_cut_document_never_ends_in_an_empty_piece(tmp_path):
+    # Cut before the whitespace at the bound, the document's rest is whitespace only. It runs on
+    # past its unit's range, where documents are read in pieces.
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"x" * 600 + b" " * 500 + f"\n{SEP}\nnext\n".encode())
+    cfg = config(4096, max_document_bytes=1024)
+    tally, pieces = Tally(), []
+    size = os.path.getsize(path)
+    for run in SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, 10, size, "v"), cfg, tally, ContentDigest()):
+        pieces += [d.text for d in run if isinstance(d, DocumentPiece)]
+    assert all(p.strip() for p in pieces), pieces
+    assert tally.counts["document_pieces"] == len(pieces)
+
+
+@pytest.mark.parametrize("unit_bytes", [1000, 4096, 5000, 9000, 2**20])
+def test_which_jsonl_lines_are_too_long_does_not_depend_on_chunks_or_units(tmp_path, unit_bytes):
+    import gzip
+
+    long_line = json.dumps({"text": "y" * 4500}).encode() + b"\n"
+    short = json.dumps({"text": "short"}).encode() + b"\n"
+    data = short + long_line * 3 + short
+    (tmp_path / "l.jsonl").write_bytes(data)
+    (tmp_path / "l.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+    cfg = config(unit_bytes, max_document_bytes=1024)
+    for name in ("l.jsonl", "l.jsonl.gz"):
+        documents, tally, _ = read_all(str(tmp_path / name), "jsonl", cfg)
+        assert documents == ["short", "short"], name
+        assert tally.skipped == {"line_too_long": 3}, name

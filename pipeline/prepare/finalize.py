@@ -13,6 +13,7 @@ import json
 import os
 
 from pipeline import storage
+from pipeline.manifest_io import shard_sizes
 from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
@@ -46,6 +47,22 @@ def finished_unit_indices(output_dir: str) -> set[int]:
     return {int(os.path.basename(p).split(".")[0]) for p in storage.list_files(units_dir, ".json")}
 
 
+def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
+    """Whether every shard a unit's record names is there at its recorded size (`sizes` from
+    `shard_sizes`): a record alone does not make a unit done once its shards can be lost."""
+    return all(sizes.get(shard.path) == shard.bytes for shard in result.shards)
+
+
+def forget_units(output_dir: str, indices: list[int]) -> None:
+    """Deletes the records (and rejects) of units that must run again, so that nothing watching
+    for records takes them as done before they are."""
+    state = storage.join(output_dir, formats.STATE_DIR)
+    storage.delete(
+        [storage.join(state, formats.UNITS_DIR, unit_record_name(i)) for i in indices]
+        + [storage.join(state, formats.UNIT_REJECTS_DIR, unit_rejects_name(i)) for i in indices]
+    )
+
+
 def _input_digest(unit_digests: list[str]) -> str:
     return hashlib.sha256(b"".join(bytes.fromhex(d) for d in unit_digests)).hexdigest()
 
@@ -58,10 +75,19 @@ def _package_versions(results: list[UnitResult], launcher_versions: dict[str, st
     return results[0].package_versions if results else launcher_versions
 
 
-def build_manifest(plan: Plan, results: dict[int, UnitResult], launcher_versions: dict[str, str]) -> Manifest:
+def build_manifest(
+    plan: Plan, results: dict[int, UnitResult], sizes: dict[str, int], launcher_versions: dict[str, str]
+) -> Manifest:
+    """The manifest of finished units whose shards are all in place (`sizes`, from `shard_sizes`)."""
     missing = [u.index for u in plan.units if u.index not in results]
     if missing:
         raise FinalizeError(f"cannot write the manifest: units {missing[:10]} have not finished")
+    gone = [i for i in sorted(results) if not is_complete(results[i], sizes)]
+    if gone:
+        raise FinalizeError(
+            f"cannot write the manifest: the shards of units {gone[:10]} are missing or not the size "
+            "their units recorded (deleted or changed since); rerun to make them again"
+        )
     ordered = [results[u.index] for u in plan.units]
     unit_digests: dict[int, list[str]] = collections.defaultdict(list)
     for unit in plan.units:
@@ -118,7 +144,7 @@ def _write_rejects(output_dir: str, plan: Plan, results: dict[int, UnitResult]) 
 def write_outputs(output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str]) -> Manifest:
     """Rejects and run info first, the manifest last: its presence means the directory is complete."""
     results = finished_units(output_dir)
-    manifest = build_manifest(plan, results, launcher_versions)
+    manifest = build_manifest(plan, results, shard_sizes(output_dir), launcher_versions)
     _write_rejects(output_dir, plan, results)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())

@@ -27,6 +27,8 @@ from pipeline.prepare.finalize import (
     FinalizeError,
     finished_unit_indices,
     finished_units,
+    forget_units,
+    is_complete,
     write_outputs,
 )
 from pipeline.prepare.output_dir import (
@@ -40,7 +42,7 @@ from pipeline.prepare.progress import Progress, format_count, format_duration
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
-from pipeline.prepare.worker_environment import package_versions, staging_options
+from pipeline.prepare.worker_environment import package_versions, staging_options, version_differences
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
 
@@ -109,20 +111,35 @@ def _bytes_read() -> int:
         return 0
 
 
-def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
-    """A unit is done if its record exists and every shard it names is there at its size."""
-    return all(sizes.get(shard.path) == shard.bytes for shard in result.shards)
-
-
 def worker_extras(plan: Plan) -> tuple[str, ...]:
     """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
     return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
 
 
+def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:
+    """Refuses to resume units written under other package versions than those installed now: the
+    run's shards would mix two tokenizers or writers. Checked before any unit runs."""
+    for result in done.values():
+        differences = version_differences(result.package_versions, installed)
+        if differences:
+            listed = ", ".join(f"{name} {old} (installed: {new})" for name, old, new in differences)
+            raise PrepareError(
+                f"{output_dir} holds an unfinished run started with other package versions: {listed}; "
+                "install the versions it was started with to resume it, or pass --overwrite to start again"
+            )
+
+
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
-    """Runs the units not done yet; returns what run_info.json records of it."""
+    """Runs the units not done yet; returns what run_info.json records of it.
+
+    A unit is done if its record is of this plan and every shard it names is in place; any other
+    record is deleted first, so that its unit runs again instead of reading as finished.
+    """
     sizes = shard_sizes(output_dir)
-    done = {i: r for i, r in finished_units(output_dir).items() if r.plan == plan.fingerprint() and is_complete(r, sizes)}
+    recorded = finished_units(output_dir)
+    done = {i: r for i, r in recorded.items() if r.plan == plan.fingerprint() and is_complete(r, sizes)}
+    check_same_packages(output_dir, done, package_versions(worker_extras(plan)))
+    forget_units(output_dir, sorted(set(recorded) - set(done)))
     pending = [u for u in plan.units if u.index not in done]
     print(
         f"prepare: {len(plan.inputs)} inputs, {len(plan.units)} units ({len(done)} already done), "

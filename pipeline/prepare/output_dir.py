@@ -105,7 +105,13 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
     identity = plan.identity()
     run_info = _read_json(storage.join(output_dir, formats.RUN_INFO_NAME))
     if storage.exists(storage.join(output_dir, formats.MANIFEST_NAME)):
-        old = (run_info or {}).get(PLAN_IDENTITY_KEY, {})
+        old = (run_info or {}).get(PLAN_IDENTITY_KEY)
+        if old is None:
+            raise OutputError(
+                f"{output_dir} holds a dataset without the {formats.RUN_INFO_NAME} that says what it was "
+                "prepared from (copied without it?), so it cannot be told to match these inputs and config; "
+                "pass --overwrite to replace it, or choose another --output"
+            )
         if old != identity:
             raise OutputError(
                 f"{output_dir} already holds a dataset prepared with different "

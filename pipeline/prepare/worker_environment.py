@@ -117,8 +117,9 @@ def _installed_version(name: str) -> str | None:
         return None
 
 
-def version_mismatch(expected: Mapping[str, str], actual: Mapping[str, str]) -> str | None:
-    """The differences as one line (`tiktoken 0.9.0 (expected 0.14.0), ...`), or None.
+def version_differences(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """`(name, expected, actual)` of each package whose versions differ ("none"/"missing" for one
+    absent on a side).
 
     Python is compared by major.minor: runners pick the workers' Python by it, and patch releases
     differ between a launcher and a worker container without changing what prepare computes.
@@ -131,8 +132,14 @@ def version_mismatch(expected: Mapping[str, str], actual: Mapping[str, str]) -> 
         else:
             same = want == have
         if not same:
-            differences.append(f"{name} {have or 'missing'} (expected {want or 'none'})")
-    return ", ".join(differences) or None
+            differences.append((name, want or "none", have or "missing"))
+    return differences
+
+
+def version_mismatch(expected: Mapping[str, str], actual: Mapping[str, str]) -> str | None:
+    """The differences as one line (`tiktoken 0.9.0 (expected 0.14.0), ...`), or None."""
+    differences = version_differences(expected, actual)
+    return ", ".join(f"{name} {have} (expected {want})" for name, want, have in differences) or None
 
 
 def staging_options(pipeline_args: Sequence[str], workdir: str, extras: Sequence[str] = ()) -> list[str]:

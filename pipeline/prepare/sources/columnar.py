@@ -7,6 +7,7 @@ about `--unit-bytes`. A worker streams its rows in small batches, never a whole 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from pipeline.prepare.documents import (
     Reject,
     Tally,
 )
+from pipeline.prepare.retries import is_transient
 from pipeline.prepare.sources.base import ContentDigest, SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.storage import FileInfo
@@ -110,6 +112,19 @@ def _read_rows(unit: WorkUnit, batches: Iterator[tuple[int, pa.RecordBatch]], fi
         yield batch.column(field).slice(lo, hi - lo).to_pylist()
 
 
+@contextlib.contextmanager
+def _content_errors(path: str) -> Iterator[None]:
+    """pyarrow's errors for a corrupt page or a truncated file (`OSError`, `ArrowInvalid`) as the
+    SourceError they are, so that `--skip-bad-files` skips the file; a transient read error stays
+    itself, to be retried."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        if is_transient(e):
+            raise
+        raise SourceError(f"{path}: unreadable ({e})") from None
+
+
 class _ColumnarSource:
     """Rows in order, in batches; subclasses say how a file's groups and batches are found."""
 
@@ -123,14 +138,14 @@ class _ColumnarSource:
         raise NotImplementedError
 
     def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
-        with self.open(path) as f:
+        with _content_errors(path), self.open(path) as f:
             return row_ranges(self.groups(f, path, config.text_field), config.unit_bytes)
 
     def read(
         self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
     ) -> Iterator[list[Document]]:
         row = unit.start
-        with self.open(unit.path) as f:
+        with _content_errors(unit.path), self.open(unit.path) as f:
             for values in _read_rows(unit, self.batches(f, unit, config.text_field), config.text_field):
                 _add_to_digest(values, digest)
                 yield from documents_from_values(values, row, unit.path, config.text_field, config, tally)
@@ -142,7 +157,11 @@ class _ColumnarSource:
 class ParquetSource(_ColumnarSource):
     def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
         metadata = _open_parquet(f, path).metadata
-        column = _column_index(metadata.schema.to_arrow_schema(), path, field)
+        _column_index(metadata.schema.to_arrow_schema(), path, field)
+        # Column chunks are the schema's leaves: a struct column before the text holds several.
+        column = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == field), None)
+        if column is None:
+            raise SourceError(f"{path}: column {field!r} is nested, not text; pass --text-field with a string column")
         return [
             (metadata.row_group(i).num_rows, metadata.row_group(i).column(column).total_uncompressed_size)
             for i in range(metadata.num_row_groups)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 
 import zstandard
 
@@ -40,6 +40,10 @@ from pipeline.storage import FileInfo
 from schemas.manifest import PrepareConfig
 
 _CHUNK = 4 * 2**20
+# zstandard's decompressor takes no output bound, so compressed input goes in slices this small:
+# one slice expands to at most 32 MiB (a 128 KiB block from 4 bytes).
+_ZSTD_FEED = 2**10
+_ZLIB_DECOMPRESS = type(zlib.decompressobj())
 # A line this many times the document bound is refused unparsed: parsing it would hold it whole.
 _LINE_LIMIT_FACTOR = 4
 
@@ -75,18 +79,38 @@ def _decompressed_chunks(f, path: str, compression: str, digest: ContentDigest) 
                 break
             started = True
             try:
-                out = decoder.decompress(raw)
+                raw = yield from _inflate(decoder, raw)
             except (zlib.error, zstandard.ZstdError) as e:
                 raise SourceError(f"{path}: corrupt {compression} data: {e}") from None
-            if out:
-                yield out
             if not decoder.eof:
                 break
-            raw = decoder.unused_data
             decoder = _decompressor(compression)
             started = False
     if started and not decoder.eof:
         raise SourceError(f"{path}: truncated {compression} stream (ends inside a compressed block)")
+
+
+def _inflate(decoder, raw: bytes) -> Generator[bytes, None, bytes]:
+    """The output of `raw` in pieces of bounded size, however far it expands (a long run of one
+    byte compresses a thousandfold and more); returns the bytes after the member's or frame's end,
+    b"" if it did not end in `raw`."""
+    if isinstance(decoder, _ZLIB_DECOMPRESS):
+        while True:
+            out = decoder.decompress(raw, _CHUNK)
+            raw = decoder.unconsumed_tail
+            if out:
+                yield out
+            if decoder.eof:
+                return decoder.unused_data
+            if not raw and len(out) < _CHUNK:
+                return b""  # all input taken and no output held back
+    for start in range(0, len(raw), _ZSTD_FEED):
+        out = decoder.decompress(raw[start : start + _ZSTD_FEED])
+        if out:
+            yield out
+        if decoder.eof:
+            return decoder.unused_data + raw[start + _ZSTD_FEED :]
+    return b""
 
 
 def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
@@ -99,7 +123,7 @@ def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
             continue
         first, tail_too_long = _grow(tail, parts[0], limit, too_long)
         yield None if tail_too_long else first
-        yield from parts[1:-1]
+        yield from (None if len(line) > limit else line for line in parts[1:-1])
         tail, too_long = _grow(b"", parts[-1], limit, False)
     if tail or too_long:
         yield None if too_long else tail

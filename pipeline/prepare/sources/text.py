@@ -34,11 +34,18 @@ from schemas.manifest import PrepareConfig
 
 
 def _could_be_separator(line: bytes, separator: bytes) -> bool:
-    """Whether an unfinished line may still turn out to be a separator line."""
+    """Whether an unfinished line may still turn out to be a separator line: spaces or tabs ending
+    in the separator's own leading ones, the rest of the separator, spaces or tabs (see
+    `separator_regex`)."""
+    core = separator.lstrip(b" \t")
     rest = line.lstrip(b" \t")
-    if len(rest) <= len(separator):
-        return separator.startswith(rest)
-    return rest.startswith(separator) and not rest[len(separator) :].strip(b" \t\r")
+    if not rest:
+        return True  # blanks so far, which may yet be the separator's indent
+    if not line[: len(line) - len(rest)].endswith(separator[: len(separator) - len(core)]):
+        return False
+    if len(rest) <= len(core):
+        return core.startswith(rest)
+    return rest.startswith(core) and not rest[len(core) :].strip(b" \t\r")
 
 
 class TextSource:
@@ -149,7 +156,10 @@ def _emit(
         elif not trailing:
             tally.skip(EMPTY)
         return
+    text = text.lstrip() if not piece else text if more else text.rstrip()
+    if not text and piece and not more:
+        return  # the blanks that ended a cut document: no piece of it
     if not piece:
         tally.count(CUT_DOCUMENTS)
     tally.count(DOCUMENT_PIECES)
-    yield [DocumentPiece(text.lstrip() if not piece else text if more else text.rstrip(), first=not piece)]
+    yield [DocumentPiece(text, first=not piece)]
