@@ -114,25 +114,27 @@ def _inflate(decoder, raw: bytes) -> Generator[bytes, None, bytes]:
 
 
 def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
-    """The stream's lines; None for a line longer than `limit`, which is skipped unheld."""
-    tail, too_long = b"", False
+    """The stream's lines; None for a line longer than `limit`, whichever chunks it spans.
+
+    A line that crosses chunks grows in place, and is let go as soon as it is too long: at most
+    `limit` bytes of it are ever held.
+    """
+    tail, too_long = bytearray(), False
     for chunk in chunks:
         parts = chunk.split(b"\n")
+        too_long = too_long or len(tail) + len(parts[0]) > limit
+        if too_long:
+            tail.clear()
+        else:
+            tail += parts[0]
         if len(parts) == 1:
-            tail, too_long = _grow(tail, parts[0], limit, too_long)
             continue
-        first, tail_too_long = _grow(tail, parts[0], limit, too_long)
-        yield None if tail_too_long else first
+        yield None if too_long else bytes(tail)
         yield from (None if len(line) > limit else line for line in parts[1:-1])
-        tail, too_long = _grow(b"", parts[-1], limit, False)
+        too_long = len(parts[-1]) > limit
+        tail = bytearray() if too_long else bytearray(parts[-1])
     if tail or too_long:
-        yield None if too_long else tail
-
-
-def _grow(tail: bytes, more: bytes, limit: int, too_long: bool) -> tuple[bytes, bool]:
-    if too_long or len(tail) + len(more) > limit:
-        return b"", True
-    return tail + more, False
+        yield None if too_long else bytes(tail)
 
 
 class JsonlSource:
