@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             run(rest)
+        except KeyboardInterrupt:
+            # The job and its workers are stopped on the way out; what they finished stays.
+            start = "\n" if sys.stderr.isatty() else ""  # after the progress line
+            print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
+            return 130
         except PrepareError as e:
             if e.details:
                 print(e.details, file=sys.stderr)

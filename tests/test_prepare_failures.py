@@ -345,3 +345,55 @@ def test_a_300_mib_line_in_a_gzip_file_is_never_held(tmp_path):
     # Beyond what the launcher holds (Beam, the tokenizer), a worker holds at most the line bound
     # (4 x --max-document-bytes: 256 MiB) of the line, once.
     assert peaks["workers"] - peaks["launcher"] < 320 * 2**20, peaks
+
+
+_FOREIGN_CALLER = """
+import grpc
+from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
+from pipeline.prepare.forked_workers import ForkedWorkers
+
+workers = ForkedWorkers(1)
+try:
+    stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(workers.address))
+    def start(params):
+        request = beam_fn_api_pb2.StartWorkerRequest(worker_id="w", params=params)
+        request.control_endpoint.url = "127.0.0.1:9"
+        return stub.StartWorker(request, timeout=30).error
+    print(repr(start({})))
+    own = dict(workers.environment().params or {})
+    print(repr(start({name: "guessed" for name in own})))
+    print(repr(start(own)))
+finally:
+    workers.close()
+"""
+
+
+def test_the_forked_worker_pool_refuses_a_caller_without_its_secret():
+    result = subprocess.run([sys.executable, "-c", _FOREIGN_CALLER], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    no_secret, wrong_secret, own = result.stdout.splitlines()
+    assert "refused" in no_secret and "refused" in wrong_secret
+    assert own == "''", "the job's own runner gets its worker"
+
+
+def test_ctrl_c_stops_with_one_line_and_status_130_and_the_rerun_resumes(tmp_path):
+    corpus = str(tmp_path / "stories.txt")
+    write_corpus(corpus, 20000, seed=5)
+    out = str(tmp_path / "out")
+    args = ["--input", corpus, "--output", out, "--unit-bytes", "65536", "--direct_num_workers=2"]
+    units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=REPO,
+                               start_new_session=True, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (os.path.isdir(units_dir) and os.listdir(units_dir)):
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.splitlines()[-1] == "prepare: interrupted; the units done are kept, and a rerun resumes", stderr
+    assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
+    rerun = cli(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "already done)" in rerun.stderr and "(0 already done)" not in rerun.stderr

@@ -8,14 +8,20 @@ already imported and the tokenizer loaded; it then serves Beam's external worker
 the loopback, and when the runner asks for a worker, one forked process becomes Beam's own
 `SdkHarness` on the endpoints it is given. Only the way the processes come to exist differs from
 Beam's `multi_processing` mode: the runner, the harness and the protocol are Beam's.
+
+A worker runs whatever functions its caller sends, so the pool serves only the job that created
+it: the job's runner presents a secret drawn for this pool (Beam passes an external environment's
+`params` with every `StartWorker`), and any other caller on the host is refused.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hmac
 import logging
 import multiprocessing.connection
 import os
+import secrets
 import signal
 from concurrent import futures
 
@@ -26,6 +32,7 @@ from apache_beam.runners.worker.sdk_worker import SdkHarness
 from apache_beam.transforms import environments
 
 _PR_SET_PDEATHSIG = 1
+SECRET_PARAM = "pool_secret"
 
 
 def die_with_parent() -> None:
@@ -49,10 +56,13 @@ def _serve_one_worker(requests: multiprocessing.connection.Connection) -> None:
 
 
 class _ForkedWorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
-    def __init__(self, requests: list[multiprocessing.connection.Connection]):
+    def __init__(self, requests: list[multiprocessing.connection.Connection], secret: str):
         self._idle = list(requests)
+        self._secret = secret
 
     def StartWorker(self, request, context):  # noqa: N802 (the gRPC method's name)
+        if not hmac.compare_digest(request.params.get(SECRET_PARAM, ""), self._secret):
+            return beam_fn_api_pb2.StartWorkerResponse(error="refused: not the job this worker pool serves")
         if not self._idle:
             return beam_fn_api_pb2.StartWorkerResponse(error="every forked worker is taken")
         self._idle.pop(0).send((request.control_endpoint.url, request.worker_id))
@@ -85,13 +95,16 @@ class ForkedWorkers:
             self.pids.append(pid)
             requests.append(send)
         self._requests = requests
+        self._secret = secrets.token_hex(32)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(_ForkedWorkerPool(requests), self._server)
+        beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(
+            _ForkedWorkerPool(requests, self._secret), self._server
+        )
         self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
         self._server.start()
 
     def environment(self) -> environments.Environment:
-        return environments.ExternalEnvironment(self.address)
+        return environments.ExternalEnvironment(self.address, params={SECRET_PARAM: self._secret})
 
     def close(self) -> None:
         """Once the pipeline is done: every worker has finished its bundles."""
