@@ -1,6 +1,7 @@
 """Packaging, one extra per role; the base install is exactly what a `prepare` worker needs.
 
 - the launcher of a Dataflow run: `pip install -e '.[gcp]'` (add `hf` for Hugging Face inputs);
+- the launcher and the workers of a Dask cluster: `pip install -e '.[dask]'`;
 - its workers: the base install, pinned to the launcher's versions by
   `pipeline.prepare.worker_environment`, with this file shipped as `--setup_file`;
 - a training host: `pip install -e '.[train]'` (add `gcp` to read gs://);
@@ -41,7 +42,10 @@ TRAIN = LOAD + [
 ]
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
 GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator"]
+# Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
+# every worker of the cluster.
+DASK = ["apache-beam[dask]>=2.60"]
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100"]
 
 setup(
     name="tokshards",
@@ -57,6 +61,7 @@ setup(
         "load": LOAD,
         "train": TRAIN,
         "gcp": GCP,
-        "dev": HF + TRAIN + GCP + TEST,
+        "dask": DASK,
+        "dev": HF + TRAIN + GCP + DASK + TEST,
     },
 )

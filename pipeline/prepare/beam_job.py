@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import traceback
 
@@ -52,9 +53,25 @@ def _beam_option_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def import_runner_module(pipeline_args: list[str]) -> None:
+    """Imports the module of a runner named by its path (`--runner=package.module.Class`), so that
+    its option classes (Dask's `--dask_client_address`) are known before the options are checked."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--runner")
+    runner = parser.parse_known_args(pipeline_args)[0].runner
+    if runner and "." in runner:
+        module = runner.rsplit(".", 1)[0]
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            hint = " (pip install 'tokshards[dask]')" if "dask" in module else ""
+            raise ValueError(f"--runner={runner}: cannot import {module}: {e}{hint}") from None
+
+
 def check_beam_args(pipeline_args: list[str], own_flags: list[str]) -> None:
     """Refuses options Beam does not know either, naming the nearest one: a misspelt option of ours
     (`--validation_fraction`) would otherwise go to Beam and be silently ignored."""
+    import_runner_module(pipeline_args)
     parser = _beam_option_parser()
     _, unknown = parser.parse_known_args(pipeline_args)
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
@@ -76,9 +93,13 @@ def is_local_runner(options: PipelineOptions) -> bool:
 
 
 def pipeline_options(pipeline_args: list[str]) -> PipelineOptions:
-    """Locally: every core, in worker processes, workers that speak only of problems. Elsewhere: the
-    user's options."""
+    """Locally: every core, in worker processes, workers that speak only of problems. On Dask: a
+    partition per unit. Elsewhere: the user's options."""
     options = PipelineOptions(pipeline_args)
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner.endswith("DaskRunner") and not any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in pipeline_args):
+        # One unit per partition: Dask hands partitions, not elements, to its workers.
+        options = PipelineOptions([*pipeline_args, "--dask_partition_size=1"])
     if is_local_runner(options):
         direct = options.view_as(DirectOptions)
         if not any(a.startswith("--direct_num_workers") for a in pipeline_args):

@@ -10,7 +10,8 @@ of times. Units are idempotent, so the output is the same bytes as an uninterrup
 stays in the launcher's process group and dies with the launcher, so no job outlives its launcher.
 
 On a remote runner the runner owns its workers (Dataflow retries a lost worker's bundles); the
-launcher only watches for failures and cancels the job when one is recorded.
+launcher watches for failures, cancelling the job when one is recorded, and for the job's end,
+whatever state it ends in: some runners (Dask's) report no end until asked to wait for it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Callable
 
 import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineState
 
 from pipeline.prepare import beam_job
 from pipeline.prepare.failures import any_failure
@@ -36,6 +36,7 @@ from pipeline.prepare.worker import RunContext
 RESTARTS = 3
 _LOCAL_POLL_SECONDS = 0.25
 _REMOTE_POLL_SECONDS = 5.0
+_END_GRACE_SECONDS = 60.0
 
 
 class JobError(RuntimeError):
@@ -168,18 +169,47 @@ def run_local(
 
 
 def run_remote(
-    units: list[WorkUnit], context: RunContext, options: PipelineOptions, tick: Callable[[], None]
+    units: list[WorkUnit],
+    context: RunContext,
+    options: PipelineOptions,
+    finished: Callable[[], set[int]],
+    tick: Callable[[], None],
 ) -> None:
+    """Submits the units to the runner and watches them: returns once every unit is recorded (after
+    the job ends, or a grace period for runners that report no end), or a unit failure is (the job
+    is then cancelled). A job that ends in any state, or whose result raises, is noticed; whether
+    the run succeeded is then the units' records' to say, never the runner's state alone."""
     result = beam_job.start_units(units, context, options)
+    ended = threading.Event()
+    outcome: dict[str, str] = {}
+
+    def wait() -> None:
+        try:
+            outcome["state"] = str(result.wait_until_finish())
+        except BaseException as e:  # the job's own error; the records tell the rest
+            outcome["state"] = f"{getattr(result, 'state', 'FAILED')}: {type(e).__name__}: {e}"
+        finally:
+            ended.set()
+
+    threading.Thread(target=wait, name="job-waiter", daemon=True).start()
+    wanted = {u.index for u in units}
     try:
-        while not PipelineState.is_terminal(result.state):
+        while not ended.is_set():
             if any_failure(context.failures_dir):
                 result.cancel()
                 return
+            if wanted <= finished():
+                ended.wait(_END_GRACE_SECONDS)  # let the job end on its own: nothing it does now matters
+                return
             tick()
-            time.sleep(_REMOTE_POLL_SECONDS)
+            ended.wait(_REMOTE_POLL_SECONDS)
     except KeyboardInterrupt:
         result.cancel()  # a stopped launcher leaves no job behind; a rerun resumes
         raise
-    if result.state != PipelineState.DONE and not any_failure(context.failures_dir):
-        raise JobError(f"the pipeline ended in state {result.state}; see the runner's logs")
+    if any_failure(context.failures_dir) or wanted <= finished():
+        return
+    missing = sorted(wanted - finished())
+    raise JobError(
+        f"the pipeline ended ({' '.join(outcome.get('state', 'no state').split())[:300]}) with units "
+        f"{missing[:10]} unrecorded; see the runner's logs"
+    )
