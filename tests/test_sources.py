@@ -202,3 +202,8 @@ def test_which_jsonl_lines_are_too_long_does_not_depend_on_chunks_or_units(tmp_p
         documents, tally, _ = read_all(str(tmp_path / name), "jsonl", cfg)
         assert documents == ["short", "short"], name
         assert tally.skipped == {"line_too_long": 3}, name
+
+
+def test_an_empty_row_group_gives_no_unit():
+    assert row_ranges([(0, 100), (10, 50)], 40) == [(0, 5), (5, 10)]
+    assert row_ranges([(0, 100)], 1) == []

@@ -43,6 +43,8 @@ def row_ranges(groups: list[tuple[int, int]], unit_bytes: int) -> list[tuple[int
     ranges: list[tuple[int, int]] = []
     start = row = pending = 0
     for rows, size in groups:
+        if not rows:
+            continue  # an empty group (an empty file's) holds no row to give a unit
         if size > unit_bytes:
             if row > start:
                 ranges.append((start, row))
