@@ -104,12 +104,19 @@ def _inflate(decoder, raw: bytes) -> Generator[bytes, None, bytes]:
                 return decoder.unused_data
             if not raw and len(out) < _CHUNK:
                 return b""  # all input taken and no output held back
+    pending, size = [], 0  # small outputs joined, so that lines are split in large chunks
     for start in range(0, len(raw), _ZSTD_FEED):
         out = decoder.decompress(raw[start : start + _ZSTD_FEED])
-        if out:
-            yield out
+        pending.append(out)
+        size += len(out)
         if decoder.eof:
+            yield b"".join(pending)
             return decoder.unused_data + raw[start + _ZSTD_FEED :]
+        if size >= _CHUNK:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if size:
+        yield b"".join(pending)
     return b""
 
 
