@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import IN_PROCESS, decoded_documents, run_prepare, sample_documents, tree_bytes, write_text
+from conftest import IN_PROCESS, run_prepare, sample_documents, tree_bytes, write_text
 from pipeline.prepare import launcher
 from pipeline.prepare.output_dir import prepare_output_dir
 from pipeline.prepare.planning import make_plan
@@ -39,7 +39,7 @@ def corpus(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("damage", ["removed", "truncated"])
-def test_a_shard_lost_after_its_unit_finished_is_made_again(corpus, tmp_path, damage, encoding):
+def test_a_shard_lost_after_its_unit_finished_is_made_again(corpus, tmp_path, damage):
     clean = str(tmp_path / "clean")
     run_prepare([corpus], clean, *ARGS)
     out = str(tmp_path / "out")
@@ -50,9 +50,8 @@ def test_a_shard_lost_after_its_unit_finished_is_made_again(corpus, tmp_path, da
     else:
         os.truncate(shard, os.path.getsize(shard) // 2)
 
-    manifest = run_prepare([corpus], out, *ARGS)
+    run_prepare([corpus], out, *ARGS)
     assert verify_main([out]) == 0
-    assert manifest.totals == run_prepare([corpus], clean, *ARGS).totals
     assert {k: v for k, v in tree_bytes(out).items() if k != formats.RUN_INFO_NAME} == {
         k: v for k, v in tree_bytes(clean).items() if k != formats.RUN_INFO_NAME
     }

@@ -77,10 +77,6 @@ def _unit_bytes(draw) -> int:
     return draw(st.one_of(st.integers(1, 300), st.integers(300, 5000), st.just(2**20)))
 
 
-def _joined(documents_read: list[str], expected: list[str]) -> None:
-    assert documents_read == expected
-
-
 @pytest.mark.parametrize("profile", PROFILES)
 def test_text(profile):
     @settings(settings.get_profile(profile))

@@ -97,7 +97,8 @@ def pipeline_options(pipeline_args: list[str]) -> PipelineOptions:
     partition per unit. Elsewhere: the user's options."""
     options = PipelineOptions(pipeline_args)
     runner = options.view_as(StandardOptions).runner or ""
-    if runner.endswith("DaskRunner") and not any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in pipeline_args):
+    partitioned = any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in pipeline_args)
+    if runner.endswith("DaskRunner") and not partitioned:
         # One unit per partition: Dask hands partitions, not elements, to its workers.
         options = PipelineOptions([*pipeline_args, "--dask_partition_size=1"])
     if is_local_runner(options):

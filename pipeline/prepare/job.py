@@ -20,7 +20,6 @@ import multiprocessing
 import multiprocessing.connection
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 

@@ -188,7 +188,9 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
                         pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
                     )
                 else:
-                    job.run_remote(pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick)
+                    job.run_remote(
+                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
+                    )
             except job.JobError as e:
                 raise PrepareError(f"{e}; the units done are kept, and a rerun resumes", e.details if verbose else "") from None
             progress.finish()
