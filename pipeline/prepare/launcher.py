@@ -41,6 +41,7 @@ from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
 from pipeline.prepare.worker_environment import package_versions, staging_options
+from pipeline.tokenizer import is_path_spec
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
 
@@ -65,7 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
     add("--output", required=True, help="output directory (local or any Beam filesystem)")
     add("--format", choices=INPUT_FORMATS, default=None, help="default: from the file name")
-    add("--tokenizer", default=defaults.tokenizer, help="tiktoken name or .tiktoken path")
+    add("--tokenizer", default=defaults.tokenizer,
+        help="tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml)")
+    add("--bos-token", default=defaults.bos_token,
+        help="special token before each document ('none': no BOS; default: the tokenizer's rule)")
+    add("--eos-token", default=defaults.eos_token,
+        help="special token after each document (default: the tokenizer's rule)")
     add("--text-field", default=defaults.text_field)
     add("--separator", default=defaults.separator, help="document separator line (text format)")
     add("--validation-fraction", type=float, default=defaults.validation_fraction)
@@ -96,8 +102,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _config(args: argparse.Namespace) -> PrepareConfig:
-    """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`)."""
-    return PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
+    tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere."""
+    config = PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    if is_path_spec(config.tokenizer):
+        config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
+    return config
 
 
 def _bytes_read() -> int:
