@@ -66,7 +66,7 @@ def resolve_boundary(
                 f"tokenizer {spec!r} names no end-of-document token and holds none of {list(DEFAULT_EOS_TOKENS)}; "
                 "pass --eos-token TOKEN"
             )
-        source = f"the default ({eos} after each document)" if bos is None else source
+        source = "the default" if bos is None else source
     ids = {}
     for flag, token in (("--eos-token", eos), ("--bos-token", bos)):
         if token is not None:
