@@ -89,7 +89,7 @@ class HFTokenizer:
 
     library = "tokenizers"
 
-    def __init__(self, path: str, *, bos_flag: str | None, eos_flag: str | None):
+    def __init__(self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             with open(path, encoding="utf-8") as f:
@@ -112,7 +112,7 @@ class HFTokenizer:
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.info = TokenizerInfo(
-            name=os.path.basename(os.path.dirname(os.path.abspath(path))) or TOKENIZER_FILE,
+            name=name or os.path.basename(os.path.dirname(os.path.abspath(path))) or TOKENIZER_FILE,
             vocab_sha256=identity_sha256(definition),
             n_vocab=max(vocab.values()) + 1,
             eot_id=self.boundary.eos_id,

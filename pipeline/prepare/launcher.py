@@ -41,6 +41,7 @@ from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
 from pipeline.prepare.worker_environment import package_versions, staging_options
+from pipeline.hub_tokenizer import is_hub_spec, pin
 from pipeline.tokenizer import is_path_spec
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
@@ -103,10 +104,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def _config(args: argparse.Namespace) -> PrepareConfig:
     """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
-    tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere."""
+    tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
+    model by the commit its revision names now."""
     config = PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
+    if is_hub_spec(config.tokenizer):
+        config = dataclasses.replace(config, tokenizer=pin(config.tokenizer))
     return config
 
 
@@ -125,8 +129,10 @@ def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
 
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
-    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files
+    and hub tokenizers."""
+    hub_inputs = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
+    return ("hf",) if hub_inputs or is_hub_spec(plan.config.tokenizer) else ()
 
 
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
