@@ -24,6 +24,10 @@ from schemas.manifest import TokenizerInfo
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"  # beside it, as `transformers` saves it
+# Documents per call of the library: each call returns an Encoding per document holding far more
+# than its ids (tokens as strings, offsets, masks), so a unit's whole batch at once would hold
+# hundreds of bytes per token; these are turned into uint32 ids before the next call.
+ENCODE_BATCH = 4096
 
 
 def _token_text(value: object) -> str | None:
@@ -138,7 +142,10 @@ class HFTokenizer:
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """`[BOS] + ids + [EOS]` for every document, concatenated, and their lengths."""
-        return join_documents(self._encode(texts), self.boundary)
+        if len(texts) <= ENCODE_BATCH:
+            return join_documents(self._encode(texts), self.boundary)
+        parts = [self.encode_documents(texts[i : i + ENCODE_BATCH]) for i in range(0, len(texts), ENCODE_BATCH)]
+        return np.concatenate([flat for flat, _ in parts]), np.concatenate([lengths for _, lengths in parts])
 
     def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
         return piece_ids(self.encode_ordinary(text), self.boundary, first=first)
