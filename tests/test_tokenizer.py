@@ -15,7 +15,7 @@ import tiktoken.load
 import tokenizers
 
 from conftest import read_split, run_prepare
-from pipeline import tokenizer
+from pipeline import hf_tokenizer, tokenizer
 from pipeline.tiktoken_tokenizer import GPT2_RANKS_SHA256, _bundled_ranks_path, load_encoding
 from tokenizer_files import SPECIALS, VARIED, shifted, train_bpe, write_tiktoken_spec
 
@@ -78,6 +78,13 @@ def test_hf_tokenizer_equals_the_library_with_end_of_text_after_each_document(bp
     special_ids = {SPECIALS.index(s) for s in SPECIALS}
     assert not special_ids & {i for d in documents for i in d[:-1]}, "special-token text stays text"
     assert hf.decode(documents[5][:-1]) == VARIED[5]
+
+
+def test_hf_batches_of_documents_join_in_order(bpe, monkeypatch):
+    monkeypatch.setattr(hf_tokenizer, "ENCODE_BATCH", 3)
+    hf = tokenizer.load_tokenizer(bpe)
+    flat, lengths = hf.encode_documents(VARIED)
+    assert _documents(flat, lengths) == _expected(_hf_reference(bpe), VARIED, None, hf.info.eot_id)
 
 
 def test_tiktoken_spec_file_equals_encode_ordinary(bpe, tmp_path):

@@ -76,18 +76,27 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
 
 
 def write_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
-    """Saves a copy of the data's tokenizer with the run, once: a resumed run keeps its copy."""
+    """Saves a copy of the data's tokenizer with the run, once: a resumed run keeps its copy.
+
+    Data whose tokenizer cannot be loaded here (a file left on another machine, ids written without
+    a tokenizer) trains all the same; its record names the data's spec, and `sample` refuses it
+    with the reason until the tokenizer is back.
+    """
     if read_run_tokenizer(workdir) is not None:
         return
-    loaded = tokenizer.load(workdir)
-    load_as = loaded.save(os.path.join(workdir, COPY_DIR))
-    boundary = loaded.boundary
-    record = RunTokenizer(
-        tokenizer.info,
-        os.path.relpath(load_as, workdir) if os.path.isabs(load_as) else load_as,
-        boundary.bos_token or NO_BOS,
-        boundary.eos_token,
-    )
+    try:
+        loaded = tokenizer.load(workdir)
+    except ValueError:
+        record = tokenizer
+    else:
+        load_as = loaded.save(os.path.join(workdir, COPY_DIR))
+        record = RunTokenizer(
+            tokenizer.info,
+            os.path.relpath(load_as, workdir) if os.path.isabs(load_as) else load_as,
+            loaded.boundary.bos_token or NO_BOS,
+            loaded.boundary.eos_token,
+        )
+    os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, TOKENIZER_NAME)
     with open(path + ".tmp", "w") as f:
         json.dump(dataclasses.asdict(record), f, indent=2, sort_keys=True)
