@@ -21,6 +21,7 @@ PREPARE = [
     "apache-beam>=2.60",
     "array-record>=0.8",
     "tiktoken>=0.9",
+    "tokenizers>=0.21",  # Hugging Face tokenizer.json files (encode_batch_fast); sampling too
     "pyarrow>=17",
     "zstandard>=0.22",
     "numpy>=1.26",
@@ -33,6 +34,8 @@ PREPARE = [
 HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
 LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
 TRAIN = LOAD + [
+    "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
+    "tiktoken>=0.9",
     "jax>=0.7",
     "flax>=0.12",
     "optax>=0.2.5",

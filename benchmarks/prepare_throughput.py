@@ -1,8 +1,11 @@
-"""Throughput of `prepare` against the raw tiktoken limit, measured in one run.
+"""Throughput of `prepare` against the raw limit of its tokenizer's library, measured in one run.
 
 Three figures on the same corpus, as tokens/s:
-- raw limit: one process per core, each calling `encode_ordinary` on its share of documents in a
-  loop, text already in memory (no reading, no writing);
+- raw limit: one process per core, each encoding its share of documents with the library alone,
+  text already in memory (no reading, no writing): tiktoken's `encode_ordinary` in a loop, or for a
+  `tokenizer.json` (`--tokenizer`) the `tokenizers` library's own batch encode
+  (`encode_batch_fast`, batches of 4096 documents, ids taken out as lists, the library's thread
+  pool off as in prepare's workers: one process per core already fills the cores);
 - prepare: `python -m pipeline prepare` end to end as a user runs it (read, tokenize, write,
   manifest; the whole process, Beam start-up included), with `--python` the interpreter of the
   environment to measure (a base install imports Beam in half the time of the dev environment,
@@ -13,7 +16,8 @@ Three figures on the same corpus, as tokens/s:
 Raw and prepare alternate for `--rounds` rounds, and the round with the median ratio is reported,
 with prepare's time beyond the raw limit split by where it goes (from the run's `run_info.json`).
 
-Usage: python benchmarks/prepare_throughput.py [--megabytes 400] [--workdir /tmp/bench] [--rounds 5] [--check]
+Usage: python benchmarks/prepare_throughput.py [--megabytes 400] [--workdir /tmp/bench] [--rounds 5]
+       [--tokenizer gpt2|PATH/tokenizer.json|SPEC] [--check]
 
 `--check` exits non-zero when prepare runs below 0.85 of the raw limit.
 """
@@ -32,12 +36,14 @@ import sys
 import time
 
 import numpy as np
+import tokenizers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline.corpus import write_corpus  # noqa: E402
-from pipeline.tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
+from pipeline.tiktoken_tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
+from pipeline.tokenizer import load_tokenizer  # noqa: E402
 
 STORIES_PER_MB = 3400  # measured ratio of the generator's output; only sizes the corpus
 GOAL = 0.85
@@ -64,20 +70,43 @@ def read_documents(path: str) -> list[str]:
 _DOCS: list[str] = []
 
 
-def _encode_share(args: tuple[int, int]) -> int:
-    index, count = args
-    encoding = load_encoding("gpt2")
-    return sum(len(encoding.encode_ordinary(d)) + 1 for d in _DOCS[index::count])
+_LIBRARY_BATCH = 4096
 
 
-def raw_limit(docs: list[str], processes: int) -> tuple[int, float]:
+def _library_tokenizer(spec: str) -> tokenizers.Tokenizer:
+    """The `tokenizers` object itself, set up as the reference encoding (special text is text)."""
+    path = os.path.join(spec, "tokenizer.json") if os.path.isdir(spec) else spec
+    library = tokenizers.Tokenizer.from_file(path)
+    library.encode_special_tokens = True
+    return library
+
+
+def _encode_share(args: tuple[int, int, str]) -> int:
+    """Tokens of every `count`-th document from `index`, boundary ids counted, by the library alone."""
+    index, count, spec = args
+    tokenizer = load_tokenizer(spec)
+    per_document = 1 if tokenizer.boundary.bos_id is None else 2
+    docs = _DOCS[index::count]
+    if tokenizer.library == "tiktoken":
+        encoding = tokenizer.encoding
+        return sum(len(encoding.encode_ordinary(d)) + per_document for d in docs)
+    library = _library_tokenizer(spec)
+    return sum(
+        len(e.ids) + per_document
+        for i in range(0, len(docs), _LIBRARY_BATCH)
+        for e in library.encode_batch_fast(docs[i : i + _LIBRARY_BATCH], add_special_tokens=False)
+    )
+
+
+def raw_limit(docs: list[str], processes: int, spec: str) -> tuple[int, float]:
     global _DOCS
     _DOCS = docs
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core, as prepare's workers
     ctx = multiprocessing.get_context("fork")  # children share the documents already in memory
     with ctx.Pool(processes) as pool:
-        pool.map(_encode_share, [(0, processes * 64)])  # warm the workers: BPE tables loaded
+        pool.map(_encode_share, [(0, processes * 64, spec)])  # warm the workers: tables loaded
         start = time.perf_counter()
-        tokens = sum(pool.map(_encode_share, [(i, processes) for i in range(processes)]))
+        tokens = sum(pool.map(_encode_share, [(i, processes, spec) for i in range(processes)]))
         return tokens, time.perf_counter() - start
 
 
@@ -93,11 +122,11 @@ class PrepareRun:
         return self.ended - self.started
 
 
-def prepare_end_to_end(corpus: str, output: str, python: str) -> PrepareRun:
+def prepare_end_to_end(corpus: str, output: str, python: str, spec: str) -> PrepareRun:
     shutil.rmtree(output, ignore_errors=True)
     started = time.time()
     subprocess.run(
-        [python, "-m", "pipeline", "prepare", "--input", corpus, "--output", output],
+        [python, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, "--tokenizer", spec],
         cwd=REPO, check=True, stderr=subprocess.DEVNULL,
     )
     ended = time.time()
@@ -155,21 +184,26 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="raw and prepare alternate; the median round counts")
     parser.add_argument("--python", default=sys.executable,
                         help="the interpreter prepare runs with (default: this one); e.g. a base install's")
+    parser.add_argument("--tokenizer", default="gpt2",
+                        help="what prepare is given: a tiktoken name, a tokenizer.json (or its directory), a spec file")
     parser.add_argument("--check", action="store_true", help=f"exit non-zero below {GOAL} of the raw limit")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
+    spec = os.path.abspath(args.tokenizer) if os.path.exists(args.tokenizer) else args.tokenizer
+    library = load_tokenizer(spec).library
     corpus = os.path.join(args.workdir, "stories.txt")
     make_corpus(corpus, args.megabytes)
     cores = os.cpu_count() or 1
     docs = read_documents(corpus)
-    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, {cores} cores")
+    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, {cores} cores; "
+          f"tokenizer {spec} ({library})")
 
     # Alternating rounds: each round measures both back to back, so the machine's state of the
     # moment (these machines are noisy) hits both alike; the round with the median ratio counts.
     rounds = []
     for index in range(args.rounds):
-        raw = raw_limit(docs, cores)
-        prepared = prepare_end_to_end(corpus, os.path.join(args.workdir, "prepared"), args.python)
+        raw = raw_limit(docs, cores, spec)
+        prepared = prepare_end_to_end(corpus, os.path.join(args.workdir, "prepared"), args.python, spec)
         if prepared.tokens != raw[0]:
             raise SystemExit(f"token counts differ: prepare {prepared.tokens}, raw {raw[0]}")
         rounds.append((raw[1] / prepared.seconds, raw, prepared))
@@ -178,10 +212,11 @@ def main() -> int:
               f"ratio {rounds[-1][0]:.2f}")
     _, (raw_tokens, raw_seconds), median = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     rows = [
-        ("raw tiktoken limit (encode_ordinary, 1 proc/core)", raw_tokens, raw_seconds),
+        (f"raw {library} limit ({'encode_ordinary' if library == 'tiktoken' else 'encode_batch_fast'}, 1 proc/core)",
+         raw_tokens, raw_seconds),
         ("prepare end to end (python -m pipeline prepare)", median.tokens, median.seconds),
     ]
-    if not args.skip_nanogpt:
+    if not args.skip_nanogpt and spec == "gpt2":
         tokens, seconds = nanogpt_style(docs, os.path.join(args.workdir, "nanogpt.bin"), cores)
         rows.append(("nanoGPT-style datasets.map + memmap", tokens, seconds))
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from pipeline.manifest_io import read_manifest, read_records
-from pipeline.tokenizer import load_encoding
+from pipeline.tokenizer import load_tokenizer
 from schemas.manifest import ManifestError
 
 
@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except ManifestError as e:
         print(f"inspect: error: {e}", file=sys.stderr)
         return 2
-    print(f"tokenizer {manifest.tokenizer.name} (n_vocab {manifest.tokenizer.n_vocab}, eot {manifest.tokenizer.eot_id}), dtype {manifest.dtype}")
+    info = manifest.tokenizer
+    print(f"tokenizer {info.name} ({info.library} {info.library_version}, n_vocab {info.n_vocab}), dtype {manifest.dtype}")
+    print(f"documents: {info.boundary or f'end-of-text {info.eot_id} after each'}")
     for split, t in manifest.totals.items():
         print(f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes")
     if manifest.skipped:
@@ -56,9 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     lengths = document_lengths(tokens, eot)
     print(f"document lengths in tokens ({len(lengths)} documents from the first {args.max_records} records):")
     print("\n".join(histogram(lengths)))
-    encoding = load_encoding(manifest.config.tokenizer)
+    config = manifest.config
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
     starts = np.concatenate(([0], np.cumsum(lengths)))
     for i in range(min(args.documents, len(lengths))):
-        text = encoding.decode(tokens[starts[i] : starts[i + 1] - 1].tolist())
+        ids = tokens[starts[i] : starts[i + 1] - 1]
+        if info.bos_id is not None and len(ids) and ids[0] == info.bos_id:  # a cut document's later pieces have none
+            ids = ids[1:]
+        text = tokenizer.decode(ids.tolist())
         print(f"--- document {i} ({lengths[i]} tokens) ---\n{text}")
     return 0

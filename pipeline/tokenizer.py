@@ -1,149 +1,84 @@
-"""tiktoken encodings, loaded offline where the project carries the ranks.
+"""Tokenizers named by a spec, loaded once per process, encoding documents with their boundary ids.
 
-`gpt2` (and its twin `r50k_base`) come from the rank table shipped as package data, checked against
-the hash tiktoken itself pins, so no download ever happens. Other names load the way tiktoken loads
-them; a path to a `.tiktoken` file uses the GPT-2 split pattern and appends `<|endoftext|>`.
+A spec fixes everything that decides the ids:
+
+- a tiktoken encoding name: `gpt2` (the default, shipped with the package, offline), or any name
+  tiktoken knows (`cl100k_base`, loaded the way tiktoken loads it);
+- a Hugging Face `tokenizer.json`, or a directory holding one, read with the `tokenizers` library;
+- a tiktoken spec file (`.json` or `.toml`) naming a `.tiktoken` rank file with its split pattern
+  and special tokens (see `pipeline.tiktoken_tokenizer`);
+- a Hugging Face Hub model, `hf:ORG/NAME[@REVISION]`, pinned to a commit (`pipeline.hub_tokenizer`).
+
+A bare `.tiktoken` rank file is refused: it says neither how text is split before the merges nor
+which ids are special, and guessing them gives other ids than the model's own, silently.
+
+Every tokenizer has `info` (the manifest's `TokenizerInfo`), `boundary`, `encode_documents(texts)`
+(flat uint32 ids and per-document lengths, boundary ids included), `encode_piece(text, first=...)`
+for a cut document's pieces, `encode_ordinary`, `decode` and `save(directory)`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
+import json
 import os
-from collections.abc import Iterator
-from importlib import resources
 
-import numpy as np
-import tiktoken
-import tiktoken.load
-from tiktoken_ext import openai_public
-
+from pipeline.document_boundaries import TokenizerError
+from pipeline.hf_tokenizer import TOKENIZER_FILE, HFTokenizer
+from pipeline.hub_tokenizer import download, is_hub_spec
+from pipeline.tiktoken_tokenizer import SPEC_KEYS, TiktokenTokenizer
 from schemas.manifest import TokenizerInfo
 
-ENDOFTEXT = "<|endoftext|>"
-GPT2_RANKS_FILE = "r50k_base.tiktoken"
-GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-_BUNDLED = ("gpt2", "r50k_base")
+Tokenizer = TiktokenTokenizer | HFTokenizer
+__all__ = ["Tokenizer", "TokenizerError", "is_hub_spec", "is_path_spec", "load_tokenizer", "tokenizer_info"]
 
 
-class TokenizerError(ValueError):
-    pass
+def is_path_spec(spec: str) -> bool:
+    """A spec that names a local file or directory rather than a tiktoken encoding or a hub model."""
+    if is_hub_spec(spec):
+        return False
+    return os.sep in spec or os.path.exists(spec) or spec.endswith((".json", ".toml", ".tiktoken"))
 
 
-def _bundled_ranks_path() -> str:
-    return str(resources.files("pipeline") / "assets" / GPT2_RANKS_FILE)
+def _is_tiktoken_spec(path: str) -> bool:
+    if path.endswith(".toml"):
+        return True
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"tokenizer file {path!r} is not JSON: {e}") from None
+    return isinstance(head, dict) and all(k in head for k in SPEC_KEYS)
 
 
 @functools.cache
-def load_encoding(name: str) -> tiktoken.Encoding:
-    """Cached per process: building the BPE tables takes about a second."""
-    if name in _BUNDLED:
-        ranks = tiktoken.load.load_tiktoken_bpe(_bundled_ranks_path(), expected_hash=GPT2_RANKS_SHA256)
-        return tiktoken.Encoding(
-            name=name,
-            explicit_n_vocab=50257,
-            pat_str=openai_public.r50k_pat_str,
-            mergeable_ranks=ranks,
-            special_tokens={ENDOFTEXT: 50256},
+def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> Tokenizer:
+    """The tokenizer a spec names, with the boundary rule (`bos_token`/`eos_token` override the
+    tokenizer's own; see `pipeline.document_boundaries`). Cached per process: building the tables
+    takes up to a few seconds, and prepare loads it once before forking its workers."""
+    flags = {"bos_flag": bos_token, "eos_flag": eos_token}
+    if is_hub_spec(spec):
+        path, repo = download(spec)
+        return HFTokenizer(path, name=repo, **flags)
+    if not is_path_spec(spec):
+        return TiktokenTokenizer.named(spec, **flags)
+    if not os.path.exists(spec):
+        raise TokenizerError(f"tokenizer file {spec!r} does not exist")
+    if os.path.isdir(spec):
+        inside = os.path.join(spec, TOKENIZER_FILE)
+        if not os.path.exists(inside):
+            raise TokenizerError(f"tokenizer directory {spec!r} holds no {TOKENIZER_FILE}")
+        return HFTokenizer(inside, **flags)
+    if spec.endswith(".tiktoken"):
+        raise TokenizerError(
+            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and the special "
+            "tokens; name it in a spec file {\"ranks\": ..., \"pat_str\": ..., \"special_tokens\": {...}} "
+            "and pass that (see docs/data-format.md)"
         )
-    if name.endswith(".tiktoken") or os.sep in name:
-        if not os.path.exists(name):
-            raise TokenizerError(f"tokenizer file {name!r} does not exist")
-        ranks = tiktoken.load.load_tiktoken_bpe(name)
-        return tiktoken.Encoding(
-            name=os.path.basename(name),
-            pat_str=openai_public.r50k_pat_str,
-            mergeable_ranks=ranks,
-            special_tokens={ENDOFTEXT: len(ranks)},
-        )
-    try:
-        return tiktoken.get_encoding(name)
-    except ValueError as e:
-        raise TokenizerError(f"unknown tokenizer {name!r}: {e}") from None
+    if _is_tiktoken_spec(spec):
+        return TiktokenTokenizer.from_spec_file(spec, **flags)
+    return HFTokenizer(spec, **flags)
 
 
-def eot_id(encoding: tiktoken.Encoding) -> int:
-    if ENDOFTEXT not in encoding.special_tokens_set:
-        raise TokenizerError(f"tokenizer {encoding.name!r} has no {ENDOFTEXT} token")
-    return encoding.encode_single_token(ENDOFTEXT)
-
-
-def encode_document(encoding: tiktoken.Encoding, text: str) -> np.ndarray:
-    """Ordinary-text tokens as uint32, without the end-of-text id.
-
-    Special-token text inside a document is encoded as plain text, exactly like
-    `encode_ordinary`; the numpy path skips building a Python list of ints. Lone surrogates (which
-    JSON escapes can produce) are replaced as `encode_ordinary` replaces them.
-    """
-    try:
-        return encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
-    except UnicodeEncodeError:
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
-
-
-def encode_documents(encoding: tiktoken.Encoding, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Documents each followed by the end-of-text id, concatenated, and their lengths (with it).
-
-    Equal to `encode_ordinary(doc) + [eot]` for every document, but runs of documents are joined
-    by the end-of-text text and encoded in one call with it allowed: tiktoken encodes the text
-    between allowed special tokens independently, so the result is the same, without a Python
-    round trip per document. A document that holds the special text itself (which must stay
-    text) is encoded on its own.
-    """
-    if not texts:
-        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
-    joined = ENDOFTEXT.join(texts) + ENDOFTEXT
-    if joined.count(ENDOFTEXT) == len(texts):  # the usual case: no document holds the special text
-        flat = _encode_run(encoding, texts, joined)
-    else:
-        flat = np.concatenate(list(_encode_runs(encoding, texts)))
-    ends = np.flatnonzero(flat == eot_id(encoding))
-    return flat, np.diff(ends, prepend=-1)
-
-
-def _encode_runs(encoding: tiktoken.Encoding, texts: list[str]) -> Iterator[np.ndarray]:
-    """Runs of documents without the special text, each in one call; the others each alone."""
-    eot = np.uint32(eot_id(encoding))
-    run: list[str] = []
-    for text in texts:
-        if ENDOFTEXT in text:
-            if run:
-                yield _encode_run(encoding, run, ENDOFTEXT.join(run) + ENDOFTEXT)
-                run = []
-            yield np.append(encode_document(encoding, text), eot)
-        else:
-            run.append(text)
-    if run:
-        yield _encode_run(encoding, run, ENDOFTEXT.join(run) + ENDOFTEXT)
-
-
-def _encode_run(encoding: tiktoken.Encoding, run: list[str], joined: str) -> np.ndarray:
-    """`run` (none of which holds the special text), `joined` by it, in one call."""
-    try:
-        return encoding.encode_to_numpy(joined, allowed_special={ENDOFTEXT}, disallowed_special=())
-    except UnicodeEncodeError:  # a lone surrogate, which `encode_document` replaces
-        eot = np.uint32(eot_id(encoding))
-        return np.concatenate([np.append(encode_document(encoding, t), eot) for t in run])
-
-
-def vocab_sha256(encoding: tiktoken.Encoding) -> str:
-    """A hash of ranks, specials and split pattern: equal exactly when the tokenization is equal."""
-    h = hashlib.sha256()
-    h.update(encoding._pat_str.encode())
-    for token, rank in sorted(encoding._mergeable_ranks.items(), key=lambda kv: kv[1]):
-        h.update(rank.to_bytes(4, "little") + len(token).to_bytes(2, "little") + token)
-    for token, rank in sorted(encoding._special_tokens.items(), key=lambda kv: kv[1]):
-        h.update(rank.to_bytes(4, "little") + token.encode())
-    return h.hexdigest()
-
-
-def tokenizer_info(name: str) -> TokenizerInfo:
-    encoding = load_encoding(name)
-    return TokenizerInfo(
-        name=encoding.name,
-        vocab_sha256=vocab_sha256(encoding),
-        n_vocab=encoding.n_vocab,
-        eot_id=eot_id(encoding),
-        tiktoken_version=tiktoken.__version__,
-    )
+def tokenizer_info(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> TokenizerInfo:
+    return load_tokenizer(spec, bos_token=bos_token, eos_token=eos_token).info

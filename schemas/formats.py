@@ -8,7 +8,7 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.

@@ -42,6 +42,10 @@ class PrepareConfig:
     skip_bad_files: bool = False
     hf_split: str = "train"
     hf_name: str | None = None
+    # Override the tokenizer's document boundary rule (pipeline/document_boundaries.py): a special
+    # token put before / after each document; bos_token "none" puts none.
+    bos_token: str | None = None
+    eos_token: str | None = None
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in INPUT_FORMATS:
@@ -64,11 +68,20 @@ class PrepareConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerInfo:
+    """What the ids mean. `vocab_sha256` is the tokenizer's identity, a hash of everything that
+    decides its ids (tiktoken: ranks, split pattern, specials; `tokenizers`: the whole
+    tokenizer.json); `eot_id` ends every document and `bos_id`, when set, starts it (`boundary`
+    says so in words, and where the rule came from)."""
+
     name: str
     vocab_sha256: str
     n_vocab: int
     eot_id: int
     tiktoken_version: str
+    library: str = "tiktoken"
+    library_version: str = ""
+    bos_id: int | None = None
+    boundary: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +205,10 @@ JSON_SCHEMA: dict[str, Any] = {
                     "n_vocab": _INT,
                     "eot_id": _INT,
                     "tiktoken_version": _STR,
+                    "library": {"enum": ["tiktoken", "tokenizers"]},
+                    "library_version": _STR,
+                    "bos_id": {"type": ["integer", "null"], "minimum": 0},
+                    "boundary": _STR,
                 }
             ),
             "dtype": {"enum": ["uint16", "uint32"]},
@@ -209,6 +226,8 @@ JSON_SCHEMA: dict[str, Any] = {
                     "skip_bad_files": {"type": "boolean"},
                     "hf_split": _STR,
                     "hf_name": {"type": ["string", "null"]},
+                    "bos_token": {"type": ["string", "null"]},
+                    "eos_token": {"type": ["string", "null"]},
                 }
             ),
             "inputs": {

@@ -1,4 +1,5 @@
-"""A loopback stand-in for the Hugging Face Hub's dataset API, so hub tests never touch the network.
+"""A loopback stand-in for the Hugging Face Hub's dataset API (and the model API's repo info and file
+downloads, for hub tokenizers), so hub tests never touch the network.
 
 It serves snapshots of local directories as dataset repositories through the endpoints that
 `huggingface_hub` and `datasets` call to resolve a dataset and read its files: repo info, tree
@@ -35,6 +36,10 @@ _ROUTES = [
     ("GET", re.compile(rf"/api/datasets/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?"), "_tree"),
     ("GET", re.compile(rf"/datasets/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)"), "_resolve"),
     ("HEAD", re.compile(rf"/datasets/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)"), "_resolve"),
+    # Model repos share the namespace here: a tokenizer test commits its files like a dataset's.
+    ("GET", re.compile(rf"/api/models/{_REPO}(?:/revision/(?P<rev>[^/]+))?"), "_info"),
+    ("GET", re.compile(rf"/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)"), "_resolve"),
+    ("HEAD", re.compile(rf"/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)"), "_resolve"),
 ]
 
 

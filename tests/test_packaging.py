@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a prepare worker imports (setup.py's base), and what only other roles need.
-PREPARE_PACKAGES = {"apache-beam", "array-record", "tiktoken", "pyarrow", "zstandard", "numpy", "jsonschema"}
+PREPARE_PACKAGES = {
+    "apache-beam", "array-record", "tiktoken", "tokenizers", "pyarrow", "zstandard", "numpy", "jsonschema"
+}
 NOT_FOR_WORKERS = {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "matplotlib", "grain", "datasets", "pandas"}
 DATAFLOW = ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/tmp"]
 # Several units and both splits from a 300-story corpus.
@@ -98,7 +100,7 @@ def test_worker_requirements_add_an_extra_only_when_asked():
 def test_package_versions_are_the_installed_ones():
     versions = package_versions()
     assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
-    for name in ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "zstandard"):
+    for name in ("tokshards", "apache-beam", "array-record", "tiktoken", "tokenizers", "numpy", "pyarrow", "zstandard"):
         assert versions[name] == importlib.metadata.version(name)
     # The Hugging Face client's only for a run that reads hub files.
     assert "datasets" not in versions

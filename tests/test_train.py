@@ -105,7 +105,7 @@ def test_sample_needs_only_the_workdir(stories_dataset, tmp_path):
     record["info"]["vocab_sha256"] = "0" * 64
     with open(path, "w") as f:
         json.dump(record, f)
-    with pytest.raises(ValueError, match="tokenizer 'gpt2' now has vocabulary [0-9a-f]{12}, not the run's 000000000000"):
+    with pytest.raises(ValueError, match="tokenizer .gpt2. now has identity [0-9a-f]{12}, not the run's 000000000000"):
         sample(workdir, "Once upon a time", max_tokens=8)
 
 

@@ -47,6 +47,8 @@ def _train_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     add("--width", "override the preset's width (free sizes); the MLP is 4x wide", type=int)
     add("--layers", "override the preset's layer count", type=int, dest="num_layers")
     add("--heads", "override the preset's head count", type=int, dest="num_heads")
+    add("--vocab-size", "the model's vocabulary, padded to a multiple of 128 (default: the data's; never "
+        "smaller)", type=int)
     add("--learning-rate", "peak learning rate (default: 1e-3)", type=float)
     add("--warmup-steps", "default: --steps / 10, at most 100", type=int)
     add("--decay-steps", "the schedule's horizon (default: --steps; on resume, the saved run's)", type=int)

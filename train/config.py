@@ -8,6 +8,7 @@ import os
 
 from model.config import GPTConfig
 from pipeline.load.data_spec import DataSource, parse_data_spec
+from pipeline.load.loader import open_sources
 
 CONFIG_NAME = "config.json"
 
@@ -77,6 +78,13 @@ class TrainConfig:
         data["data"] = tuple(DataSource(**source) for source in data["data"])
         data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
         return cls(**data)
+
+
+def data_vocab_size(data: tuple[DataSource, ...] | str) -> int:
+    """The vocabulary of the data's tokenizer (its largest id + 1; the model pads it to a multiple of
+    128). The sources are checked to share one tokenizer."""
+    sources = parse_data_spec(data) if isinstance(data, str) else data
+    return open_sources(sources)[0].tokenizer.n_vocab
 
 
 # Changing these on resume would change what an uninterrupted run computes.

@@ -1,7 +1,9 @@
 """The run's tokenizer, saved in the workdir: sampling needs the run alone, not its data.
 
-`tokenizer.json` holds the manifest's `TokenizerInfo` and `load_as`, the name or `.tiktoken` path
-that `prepare` was given; the encoding is loaded from it and must hash to the saved vocabulary.
+`tokenizer.json` holds the manifest's `TokenizerInfo`, `load_as` (a tiktoken name, or the path,
+relative to the workdir, of a copy of the tokenizer's files in `tokenizer/`) and the boundary tokens
+in effect. The copy is made when the run starts, from the tokenizer the data was prepared with, and
+must hash to the saved identity whenever it is loaded.
 """
 
 from __future__ import annotations
@@ -10,20 +12,22 @@ import dataclasses
 import json
 import os
 
-import tiktoken
-
-from pipeline.tokenizer import load_encoding, vocab_sha256
+from pipeline.document_boundaries import NO_BOS
+from pipeline.tokenizer import Tokenizer, load_tokenizer
 from schemas.manifest import Manifest, TokenizerInfo
 
 TOKENIZER_NAME = "tokenizer.json"
-# What decides the token ids; the name and tiktoken's version may differ for the same vocabulary.
-_IDENTITY = ("vocab_sha256", "n_vocab", "eot_id")
+COPY_DIR = "tokenizer"
+# What decides the token ids; the name and library versions may differ for the same vocabulary.
+_IDENTITY = ("vocab_sha256", "n_vocab", "eot_id", "bos_id")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunTokenizer:
     info: TokenizerInfo
     load_as: str
+    bos_token: str | None = None
+    eos_token: str | None = None
 
     def __post_init__(self) -> None:
         if not self.load_as:
@@ -31,10 +35,24 @@ class RunTokenizer:
 
     @classmethod
     def of(cls, manifest: Manifest) -> RunTokenizer:
-        return cls(manifest.tokenizer, manifest.config.tokenizer)
+        config = manifest.config
+        return cls(manifest.tokenizer, config.tokenizer, config.bos_token, config.eos_token)
 
     def same_ids(self, other: RunTokenizer) -> bool:
         return all(getattr(self.info, k) == getattr(other.info, k) for k in _IDENTITY)
+
+    def load(self, workdir: str) -> Tokenizer:
+        """The tokenizer, checked against the saved identity."""
+        path = os.path.join(workdir, self.load_as)
+        tokenizer = load_tokenizer(path if os.path.exists(path) else self.load_as,
+                                   bos_token=self.bos_token, eos_token=self.eos_token)
+        found = tokenizer.info.vocab_sha256
+        if found != self.info.vocab_sha256:
+            raise ValueError(
+                f"tokenizer {self.load_as!r} now has identity {found[:12]}, not the run's "
+                f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the tokenizer the run was trained with"
+            )
+        return tokenizer
 
 
 def read_run_tokenizer(workdir: str) -> RunTokenizer | None:
@@ -43,7 +61,7 @@ def read_run_tokenizer(workdir: str) -> RunTokenizer | None:
         return None
     with open(path) as f:
         data = json.load(f)
-    return RunTokenizer(TokenizerInfo(**data["info"]), data["load_as"])
+    return RunTokenizer(TokenizerInfo(**data.pop("info")), **data)
 
 
 def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
@@ -51,31 +69,44 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     saved = read_run_tokenizer(workdir)
     if saved is not None and not saved.same_ids(tokenizer):
         raise ValueError(
-            f"the data's tokenizer ({tokenizer.info.name}, vocabulary {tokenizer.info.vocab_sha256[:12]}) is not "
-            f"the run's ({saved.info.name}, vocabulary {saved.info.vocab_sha256[:12]}) in {workdir}; "
+            f"the data's tokenizer ({tokenizer.info.name}, identity {tokenizer.info.vocab_sha256[:12]}) is not "
+            f"the run's ({saved.info.name}, identity {saved.info.vocab_sha256[:12]}) in {workdir}; "
             "train on data prepared with the run's tokenizer, or use another --workdir"
         )
 
 
 def write_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
+    """Saves a copy of the data's tokenizer with the run, once: a resumed run keeps its copy.
+
+    Data whose tokenizer cannot be loaded here (a file left on another machine, ids written without
+    a tokenizer) trains all the same; its record names the data's spec, and `sample` refuses it
+    with the reason until the tokenizer is back.
+    """
+    if read_run_tokenizer(workdir) is not None:
+        return
+    try:
+        loaded = tokenizer.load(workdir)
+    except ValueError:
+        record = tokenizer
+    else:
+        load_as = loaded.save(os.path.join(workdir, COPY_DIR))
+        record = RunTokenizer(
+            tokenizer.info,
+            os.path.relpath(load_as, workdir) if os.path.isabs(load_as) else load_as,
+            loaded.boundary.bos_token or NO_BOS,
+            loaded.boundary.eos_token,
+        )
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, TOKENIZER_NAME)
     with open(path + ".tmp", "w") as f:
-        json.dump(dataclasses.asdict(tokenizer), f, indent=2, sort_keys=True)
+        json.dump(dataclasses.asdict(record), f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(path + ".tmp", path)
 
 
-def load_run_encoding(workdir: str) -> tuple[tiktoken.Encoding, TokenizerInfo]:
-    """The run's encoding, checked against the saved vocabulary hash."""
+def load_run_tokenizer(workdir: str) -> tuple[Tokenizer, TokenizerInfo]:
+    """The run's tokenizer, checked against the saved identity."""
     saved = read_run_tokenizer(workdir)
     if saved is None:
         raise ValueError(f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)")
-    encoding = load_encoding(saved.load_as)
-    found = vocab_sha256(encoding)
-    if found != saved.info.vocab_sha256:
-        raise ValueError(
-            f"tokenizer {saved.load_as!r} now has vocabulary {found[:12]}, not the run's "
-            f"{saved.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the tokenizer file the run was trained with"
-        )
-    return encoding, saved.info
+    return saved.load(workdir), saved.info

@@ -11,7 +11,7 @@ from model.gpt import GPT
 from train.checkpointing import Checkpointer
 from train.config import CONFIG_NAME, load_saved
 from train.mesh import make_mesh
-from train.run_tokenizer import load_run_encoding
+from train.run_tokenizer import load_run_tokenizer
 from train.trainer import build_model
 
 
@@ -57,7 +57,7 @@ def sample(
     config = load_saved(workdir)
     if config is None:
         raise ValueError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
-    encoding, tokenizer = load_run_encoding(workdir)
+    tokenizer, info = load_run_tokenizer(workdir)
     checkpointer = Checkpointer(workdir, every=1, keep=config.keep_checkpoints)
     step = checkpointer.latest_step()
     if step is None:
@@ -66,9 +66,11 @@ def sample(
     model = build_model(config, mesh)
     with jax.set_mesh(mesh):
         checkpointer.restore_model(step, model)
+        # A document starts with the BOS where the data's rule puts one.
+        bos = [] if info.bos_id is None else [info.bos_id]
         ids = generate(
-            model, encoding.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
-            temperature=temperature, top_k=top_k, vocab_size=tokenizer.n_vocab, stop_token=tokenizer.eot_id,
+            model, bos + tokenizer.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
+            temperature=temperature, top_k=top_k, vocab_size=info.n_vocab, stop_token=info.eot_id,
         )
     checkpointer.close()
-    return prompt + encoding.decode(ids)
+    return prompt + tokenizer.decode(ids)

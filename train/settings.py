@@ -14,13 +14,13 @@ from typing import Any
 
 from model.config import preset
 from pipeline.load.data_spec import DataSource
-from train.config import TrainConfig
+from train.config import TrainConfig, data_vocab_size
 
 # Settings free to differ from the saved run's: they change when or how, not what, is computed.
 _FREE = frozenset({"workdir", "steps", "decay_steps", "mesh", "checkpoint_every", "keep_checkpoints",
                    "eval_every", "eval_batches", "log_every", "loader_workers"})
 # Model settings with a flag of their own, by `GPTConfig` field; `bf16` stands for `dtype`.
-_MODEL_FIELDS = ("width", "num_layers", "num_heads", "dropout", "fsdp")
+_MODEL_FIELDS = ("width", "num_layers", "num_heads", "dropout", "fsdp", "vocab_size")
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
@@ -51,7 +51,9 @@ def _model_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
 def _new_run(given: Mapping[str, Any], flags: Mapping[str, str]) -> TrainConfig:
     if "data" not in given:
         raise ValueError(f"{given['workdir']} holds no run to resume; {flags['data']} is required to start one")
-    model = preset(given.get("preset", _default("preset")), **_model_overrides(given))
+    # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made for.
+    vocab = {} if "vocab_size" in given else {"vocab_size": data_vocab_size(given["data"])}
+    model = preset(given.get("preset", _default("preset")), **{**vocab, **_model_overrides(given)})
     steps = given.get("steps", _default("steps"))
     derived = {"seq_len": model.max_seq_len, "warmup_steps": min(_default("warmup_steps"), steps // 10)}
     fields = {k: v for k, v in given.items() if k in _FIELDS}

@@ -120,7 +120,8 @@ def _open(config: TrainConfig) -> _Opened:
     tokenizer = RunTokenizer.of(manifests[0])
     if tokenizer.info.n_vocab > config.model.vocab_size:
         raise ValueError(
-            f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size})"
+            f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size}); "
+            "drop --vocab-size (the data's is the default) or give at least the data's"
         )
     saved = load_saved(config.workdir)
     if saved is not None:

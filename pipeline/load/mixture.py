@@ -34,13 +34,15 @@ def record_proportions(token_weights: Sequence[float], tokens_per_record: Sequen
 
 
 def _tokenizer_key(tokenizer: TokenizerInfo) -> tuple:
-    return tokenizer.name, tokenizer.vocab_sha256, tokenizer.n_vocab, tokenizer.eot_id
+    """What the ids mean, whatever the backend: the identity hash and the boundary ids (the name may
+    differ for one table, as `gpt2` and `r50k_base` do)."""
+    return tokenizer.library, tokenizer.vocab_sha256, tokenizer.n_vocab, tokenizer.eot_id, tokenizer.bos_id
 
 
 def _describe(tokenizer: TokenizerInfo) -> str:
     return (
-        f"{tokenizer.name} (vocab sha256 {tokenizer.vocab_sha256[:12]}..., "
-        f"{tokenizer.n_vocab} ids, end-of-text {tokenizer.eot_id})"
+        f"{tokenizer.name} ({tokenizer.library}, identity {tokenizer.vocab_sha256[:12]}..., "
+        f"{tokenizer.n_vocab} ids, end-of-text {tokenizer.eot_id}, BOS {tokenizer.bos_id})"
     )
 
 

@@ -37,7 +37,7 @@ from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import InputChangedError, RunContext, process_unit
 from pipeline.prepare.worker_environment import package_versions, version_mismatch
-from pipeline.tokenizer import load_encoding
+from pipeline.tokenizer import load_tokenizer
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
@@ -199,7 +199,8 @@ def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptio
         with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
             _build(pipeline, units, context)
         return
-    load_encoding(context.config.tokenizer)  # once, before the fork, for every worker
+    config = context.config
+    load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)  # once, before the fork
     workers = ForkedWorkers(count)
     try:
         # A running mode the runner does not know keeps the given environment instead of its own.

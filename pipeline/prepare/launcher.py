@@ -20,6 +20,7 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
+from pipeline.hub_tokenizer import is_hub_spec, pin
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
 from pipeline.prepare.failures import read_failures, remote_failures_dir
@@ -43,6 +44,7 @@ from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
 from pipeline.prepare.worker_environment import package_versions, staging_options, version_differences
+from pipeline.tokenizer import is_path_spec
 from schemas import formats
 from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
 
@@ -67,7 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
     add("--output", required=True, help="output directory (local or any Beam filesystem)")
     add("--format", choices=INPUT_FORMATS, default=None, help="default: from the file name")
-    add("--tokenizer", default=defaults.tokenizer, help="tiktoken name or .tiktoken path")
+    add("--tokenizer", default=defaults.tokenizer,
+        help="tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml)")
+    add("--bos-token", default=defaults.bos_token,
+        help="special token before each document ('none': no BOS; default: the tokenizer's rule)")
+    add("--eos-token", default=defaults.eos_token,
+        help="special token after each document (default: the tokenizer's rule)")
     add("--text-field", default=defaults.text_field)
     add("--separator", default=defaults.separator, help="document separator line (text format)")
     add("--validation-fraction", type=float, default=defaults.validation_fraction)
@@ -98,8 +105,15 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _config(args: argparse.Namespace) -> PrepareConfig:
-    """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`)."""
-    return PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
+    tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
+    model by the commit its revision names now."""
+    config = PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    if is_path_spec(config.tokenizer):
+        config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
+    if is_hub_spec(config.tokenizer):
+        config = dataclasses.replace(config, tokenizer=pin(config.tokenizer))
+    return config
 
 
 def _bytes_read() -> int:
@@ -112,8 +126,10 @@ def _bytes_read() -> int:
 
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
-    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files
+    and hub tokenizers."""
+    hub_inputs = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
+    return ("hf",) if hub_inputs or is_hub_spec(plan.config.tokenizer) else ()
 
 
 def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:

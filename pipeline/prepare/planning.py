@@ -81,7 +81,7 @@ def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict
     """Inputs are looked at concurrently (metadata requests wait on the network) and taken in order.
 
     `hub_revisions` pins hub ids (see `resolve_inputs`)."""
-    tokenizer = tokenizer_info(config.tokenizer)
+    tokenizer = tokenizer_info(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
     resolved = resolve_inputs(input_specs, config, hub_revisions or {})
     inputs: list[PlannedInput] = []
     bad: list[Reject] = []

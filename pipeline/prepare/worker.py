@@ -17,7 +17,6 @@ import resource
 import time
 
 import numpy as np
-import tiktoken
 
 from pipeline import storage
 from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
@@ -31,7 +30,7 @@ from pipeline.prepare.units import (
     unit_rejects_name,
 )
 from pipeline.prepare.worker_environment import package_versions
-from pipeline.tokenizer import encode_documents, load_encoding
+from pipeline.tokenizer import Tokenizer, load_tokenizer
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
@@ -146,11 +145,11 @@ class _SplitShards:
 class _UnitWriter:
     """Batches of documents to shards: split, shuffle within the batch, encode, pack."""
 
-    def __init__(self, context: RunContext, unit: WorkUnit, encoding: tiktoken.Encoding):
+    def __init__(self, context: RunContext, unit: WorkUnit, tokenizer: Tokenizer):
         self._context = context
         self._config = context.config
         self._unit = unit
-        self._encoding = encoding
+        self._tokenizer = tokenizer
         self._dtype = numpy_dtype(context.dtype_name)
         self.shards = _SplitShards(context, unit)
         self._batch: list[str] = []
@@ -176,7 +175,7 @@ class _UnitWriter:
             to_validation = validation_mask([piece.text], self._config.validation_fraction, self._config.seed)
             self._piece_split = "validation" if to_validation[0] else "train"
         if piece.text:
-            tokens, lengths = encode_documents(self._encoding, [piece.text])
+            tokens, lengths = self._tokenizer.encode_piece(piece.text, first=piece.first)
             self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
 
     def flush(self) -> None:
@@ -188,7 +187,7 @@ class _UnitWriter:
             indices = np.flatnonzero(selected)
             if len(indices):
                 order = indices[shuffled_order(len(indices), self._config.seed, self._unit.index, self._batches, split)]
-                tokens, lengths = encode_documents(self._encoding, [texts[i] for i in order.tolist()])
+                tokens, lengths = self._tokenizer.encode_documents([texts[i] for i in order.tolist()])
                 # The dtype was chosen to hold every id of the vocabulary.
                 self.shards.write(split, tokens.astype(self._dtype), lengths.tolist())
         self._batches += 1
@@ -213,7 +212,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     config = context.config
     check_unchanged(unit)
     tally, digest = Tally(), ContentDigest()
-    writer = _UnitWriter(context, unit, load_encoding(config.tokenizer))
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    writer = _UnitWriter(context, unit, tokenizer)
     try:
         for documents in SOURCES[unit.format].read(unit, config, tally, digest):
             writer.add(documents)

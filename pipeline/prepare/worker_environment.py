@@ -39,7 +39,9 @@ DISTRIBUTION = "tokshards"
 REQUIREMENTS_NAME = "worker-requirements.txt"
 
 # The packages whose versions decide what prepare writes: tokenizer, shard format, readers.
-_OUTPUT_PACKAGES = ("tokshards", "apache-beam", "array-record", "tiktoken", "numpy", "pyarrow", "zstandard")
+_OUTPUT_PACKAGES = (
+    "tokshards", "apache-beam", "array-record", "tiktoken", "tokenizers", "numpy", "pyarrow", "zstandard"
+)
 # The packages an extra brings that decide what prepare writes when a run needs that extra (the
 # Hugging Face client reads hub files). A run that does not need them records nothing of them, so
 # its manifest does not depend on what else happens to be installed.

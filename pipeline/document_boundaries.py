@@ -1,0 +1,105 @@
+"""Where one document ends and the next begins, in token ids: the rule every backend applies.
+
+Every document ends with an end-of-document id (EOS), and starts with a beginning-of-document id
+(BOS) when the tokenizer's convention has one: GPT-2 and Qwen put `<|endoftext|>` after each
+document, Llama 3 and Mistral put their BOS before and their EOS after. The EOS is what records,
+the loader's document packing and `inspect` find documents by, so a rule without one is refused.
+
+A cut document's pieces (see `pipeline.prepare.documents`) each end with the EOS, and only the
+first piece starts with the BOS: the loader sees the pieces as documents, and a BOS still marks
+only a document's real start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+# With no rule from the tokenizer, the first of these it holds ends every document.
+DEFAULT_EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>")
+# The `--bos-token` value that asks for no BOS even where the tokenizer's rule has one.
+NO_BOS = "none"
+
+
+class TokenizerError(ValueError):
+    """A tokenizer spec that cannot be loaded as asked: the message names it and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Boundary:
+    """The ids around each document and where the rule came from (for the manifest and `inspect`)."""
+
+    eos_token: str
+    eos_id: int
+    bos_token: str | None
+    bos_id: int | None
+    source: str
+
+    def describe(self) -> str:
+        before = f"{self.bos_token} ({self.bos_id}) before, " if self.bos_token is not None else ""
+        return f"{before}{self.eos_token} ({self.eos_id}) after each document, from {self.source}"
+
+
+def resolve_boundary(
+    *,
+    spec: str,
+    token_id: Callable[[str], int | None],
+    bos: str | None,
+    eos: str | None,
+    source: str,
+    bos_flag: str | None,
+    eos_flag: str | None,
+) -> Boundary:
+    """The rule: the `--bos-token`/`--eos-token` flags over the tokenizer's own `bos`/`eos` (found in
+    `source`), and with no EOS from either, the first of `DEFAULT_EOS_TOKENS` the tokenizer holds."""
+    if bos_flag is not None or eos_flag is not None:
+        source = "the --bos-token/--eos-token flags" if bos is None and eos is None else f"{source} and flags"
+    bos = (None if bos_flag == NO_BOS else bos_flag) if bos_flag is not None else bos
+    eos = eos_flag if eos_flag is not None else eos
+    if eos is None:
+        eos = next((t for t in DEFAULT_EOS_TOKENS if token_id(t) is not None), None)
+        if eos is None:
+            raise TokenizerError(
+                f"tokenizer {spec!r} names no end-of-document token and holds none of {list(DEFAULT_EOS_TOKENS)}; "
+                "pass --eos-token TOKEN"
+            )
+        source = "the default" if bos is None else source
+    ids = {}
+    for flag, token in (("--eos-token", eos), ("--bos-token", bos)):
+        if token is not None:
+            ids[flag] = token_id(token)
+            if ids[flag] is None:
+                raise TokenizerError(f"tokenizer {spec!r} has no token {token!r} ({flag}); pass one of its special tokens")
+    return Boundary(eos, ids["--eos-token"], bos, ids.get("--bos-token"), source)
+
+
+def join_documents(documents: Sequence[Sequence[int]], boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's ids between its boundary ids, concatenated as uint32, and their lengths
+    (boundary ids included)."""
+    lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
+    extra = 1 if boundary.bos_id is None else 2
+    lengths += extra
+    total = int(lengths.sum())
+    flat = np.empty(total, dtype=np.uint32)
+    ends = np.cumsum(lengths)
+    body = np.ones(total, dtype=bool)
+    body[ends - 1] = False
+    flat[ends - 1] = boundary.eos_id
+    if boundary.bos_id is not None:
+        starts = ends - lengths
+        body[starts] = False
+        flat[starts] = boundary.bos_id
+    flat[body] = np.fromiter(
+        itertools.chain.from_iterable(documents), dtype=np.uint32, count=total - extra * len(documents)
+    )
+    return flat, lengths
+
+
+def piece_ids(ids: Sequence[int], boundary: Boundary, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One piece of a cut document: the BOS only before the first piece, the EOS after every one."""
+    bos = [boundary.bos_id] if first and boundary.bos_id is not None else []
+    flat = np.array([*bos, *ids, boundary.eos_id], dtype=np.uint32)
+    return flat, np.array([len(flat)], dtype=np.int64)

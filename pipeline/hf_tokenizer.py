@@ -1,0 +1,160 @@
+"""Hugging Face `tokenizer.json` files, encoded with the `tokenizers` library.
+
+Ids are exactly `tokenizer.encode(text, add_special_tokens=False)` with special-token splitting
+off (`encode_special_tokens = True`), so special-token text inside a document (`<s>`,
+`<|endoftext|>`) is plain text: a web page that holds it gains no boundary. The boundary ids come
+from the tokenizer's own convention (see `boundary_of`), added around each document here.
+
+Prepare runs one worker process per core, so the library's own thread pool is turned off in this
+process (`TOKENIZERS_PARALLELISM=false`, read at each batch encode): a pool per worker would put
+cores times cores threads on the machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import tokenizers
+
+from pipeline.document_boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
+from schemas.manifest import TokenizerInfo
+
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"  # beside it, as `transformers` saves it
+# Documents per call of the library: each call returns an Encoding per document holding far more
+# than its ids (tokens as strings, offsets, masks), so a unit's whole batch at once would hold
+# hundreds of bytes per token; these are turned into uint32 ids before the next call.
+ENCODE_BATCH = 4096
+
+
+def _token_text(value: object) -> str | None:
+    """A token as `tokenizer_config.json` writes it: a string, or `{"content": ...}`."""
+    return value.get("content") if isinstance(value, dict) else value  # type: ignore[return-value]
+
+
+def _template_tokens(processor: dict | None) -> tuple[str | None, str | None]:
+    """The special tokens a post-processor puts before and after a single sequence."""
+    if not processor:
+        return None, None
+    kind = processor.get("type")
+    if kind == "Sequence":
+        found = [_template_tokens(p) for p in processor.get("processors", [])]
+        return next((b for b, _ in found if b), None), next((e for _, e in found if e), None)
+    if kind == "TemplateProcessing":
+        items = processor.get("single", [])
+        at = next((i for i, item in enumerate(items) if "Sequence" in item), len(items))
+        before = [item["SpecialToken"]["id"] for item in items[:at] if "SpecialToken" in item]
+        after = [item["SpecialToken"]["id"] for item in items[at + 1 :] if "SpecialToken" in item]
+        return (before[0] if before else None), (after[-1] if after else None)
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return processor["cls"][0], processor["sep"][0]
+    return None, None
+
+
+def boundary_of(definition: dict, config: dict | None) -> tuple[str | None, str | None, str]:
+    """BOS and EOS by the tokenizer's convention, and where they were found.
+
+    The post-processor's template first (what `encode(text)` adds); then `tokenizer_config.json`'s
+    `add_bos_token`/`add_eos_token` over it; a config's `eos_token` ends documents when nothing else
+    does (base models add no EOS when encoding, but end their documents with it in training).
+    """
+    bos, eos = _template_tokens(definition.get("post_processor"))
+    source = "the post-processor" if bos or eos else "the default"
+    if config:
+        if "add_bos_token" in config:
+            bos = _token_text(config.get("bos_token")) if config["add_bos_token"] else None
+        if "add_eos_token" in config and config["add_eos_token"]:
+            eos = _token_text(config.get("eos_token"))
+        if eos is None:
+            eos = _token_text(config.get("eos_token"))
+        if bos or eos:
+            source = f"{source} and {CONFIG_FILE}" if source != "the default" else CONFIG_FILE
+    return bos, eos, source
+
+
+def identity_sha256(definition: dict) -> str:
+    """A hash of the whole definition (model, merges, normalizer, pre-tokenizer, added tokens), in a
+    canonical JSON form: a file saved with other whitespace or key order hashes the same."""
+    canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _without_surrogates(texts: list[str]) -> list[str]:
+    """Lone surrogates (from JSON escapes) replaced by U+FFFD, as tiktoken does: the library takes
+    only valid Unicode."""
+    return [t.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for t in texts]
+
+
+class HFTokenizer:
+    """A `tokenizer.json` with its document boundary rule."""
+
+    library = "tokenizers"
+
+    def __init__(self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None):
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        try:
+            with open(path, encoding="utf-8") as f:
+                self._text = f.read()
+            definition = json.loads(self._text)
+            self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
+        except Exception as e:  # the library raises plain Exceptions
+            raise TokenizerError(f"{path!r} is not a tokenizer.json the tokenizers library reads: {e}") from None
+        self._tokenizer.encode_special_tokens = True
+        config_path = os.path.join(os.path.dirname(path), CONFIG_FILE)
+        self._config_text = None
+        if os.path.exists(config_path):
+            with open(config_path, encoding="utf-8") as f:
+                self._config_text = f.read()
+        config = json.loads(self._config_text) if self._config_text else None
+        bos, eos, source = boundary_of(definition, config)
+        self.boundary: Boundary = resolve_boundary(
+            spec=path, token_id=self._tokenizer.token_to_id, bos=bos, eos=eos, source=source,
+            bos_flag=bos_flag, eos_flag=eos_flag,
+        )
+        vocab = self._tokenizer.get_vocab(with_added_tokens=True)
+        self.info = TokenizerInfo(
+            name=name or os.path.basename(os.path.dirname(os.path.abspath(path))) or TOKENIZER_FILE,
+            vocab_sha256=identity_sha256(definition),
+            n_vocab=max(vocab.values()) + 1,
+            eot_id=self.boundary.eos_id,
+            tiktoken_version="",
+            library=self.library,
+            library_version=tokenizers.__version__,
+            bos_id=self.boundary.bos_id,
+            boundary=self.boundary.describe(),
+        )
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        try:
+            encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        except TypeError:  # a lone surrogate somewhere in the batch
+            encodings = self._tokenizer.encode_batch_fast(_without_surrogates(texts), add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._encode([text])[0]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+    def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`[BOS] + ids + [EOS]` for every document, concatenated, and their lengths."""
+        if len(texts) <= ENCODE_BATCH:
+            return join_documents(self._encode(texts), self.boundary)
+        parts = [self.encode_documents(texts[i : i + ENCODE_BATCH]) for i in range(0, len(texts), ENCODE_BATCH)]
+        return np.concatenate([flat for flat, _ in parts]), np.concatenate([lengths for _, lengths in parts])
+
+    def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
+        return piece_ids(self.encode_ordinary(text), self.boundary, first=first)
+
+    def save(self, directory: str) -> str:
+        """Copies the definition (and its config) into `directory`; returns what loads it from there."""
+        os.makedirs(directory, exist_ok=True)
+        for name, text in ((TOKENIZER_FILE, self._text), (CONFIG_FILE, self._config_text)):
+            if text is not None:
+                with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+        return os.path.join(directory, TOKENIZER_FILE)

@@ -1,0 +1,70 @@
+"""Tokenizers of Hugging Face Hub models, pinned: `hf:ORG/NAME` or `hf:ORG/NAME@REVISION`.
+
+The launcher resolves the revision (a branch, tag or sha; `main` when none is given) to its commit
+once (`pin`), and the config records `hf:ORG/NAME@SHA`, so every process reads the same bytes and a
+rerun reads what the first run read. Each process then fetches that commit's `tokenizer.json`, and
+its `tokenizer_config.json` where the repo has one, into the Hugging Face cache (`HF_HOME`;
+`HF_ENDPOINT` and `HF_TOKEN` apply as for hub datasets). Needs the `hf` extra.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipeline.document_boundaries import TokenizerError
+
+PREFIX = "hf:"
+_SPEC = re.compile(rf"{PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>[^@\s]+))?")
+_PINNED = re.compile(r"[0-9a-f]{40}")
+
+
+def is_hub_spec(spec: str) -> bool:
+    return spec.startswith(PREFIX)
+
+
+def _parse(spec: str) -> tuple[str, str | None]:
+    match = _SPEC.fullmatch(spec)
+    if match is None:
+        raise TokenizerError(f"hub tokenizer {spec!r} is not {PREFIX}ORG/NAME or {PREFIX}ORG/NAME@REVISION")
+    return match["repo"], match["revision"]
+
+
+def _client():
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise TokenizerError("hub tokenizers need the Hugging Face client: pip install 'tokshards[hf]'") from None
+    return huggingface_hub
+
+
+def pin(spec: str) -> str:
+    """`spec` with its revision resolved to the commit it names now."""
+    repo, revision = _parse(spec)
+    hub = _client()
+    try:
+        sha = hub.HfApi().model_info(repo, revision=revision).sha
+    except Exception as e:  # the client's errors: not found, gated, unreachable
+        raise TokenizerError(f"hub tokenizer {spec!r} cannot be resolved: {type(e).__name__}: {e}".split("\n")[0]) from None
+    return f"{PREFIX}{repo}@{sha}"
+
+
+def download(spec: str) -> tuple[str, str]:
+    """The local path of the pinned commit's tokenizer.json (its config beside it when the repo has
+    one), and the repo id as the tokenizer's name."""
+    repo, revision = _parse(spec)
+    if revision is None or not _PINNED.fullmatch(revision):
+        raise TokenizerError(f"hub tokenizer {spec!r} is not pinned to a commit; pin it with pipeline.hub_tokenizer.pin")
+    hub = _client()
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = hub.hf_hub_download(repo, "tokenizer.json", revision=revision)
+        try:
+            hub.hf_hub_download(repo, "tokenizer_config.json", revision=revision)
+        except EntryNotFoundError:
+            pass  # the rule then comes from tokenizer.json alone
+    except EntryNotFoundError:
+        raise TokenizerError(f"hub model {repo} has no tokenizer.json at {revision}") from None
+    except Exception as e:
+        raise TokenizerError(f"hub tokenizer {spec!r} cannot be read: {type(e).__name__}: {e}".split("\n")[0]) from None
+    return path, repo
