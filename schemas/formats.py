@@ -8,12 +8,14 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.
 RUN_INFO_NAME = "run_info.json"
 REJECTS_NAME = "rejects.jsonl"
+# Documents the cleaning stage removed (--dedup, --decontaminate), one JSON object a line.
+REMOVALS_NAME = "removals.jsonl"
 
 # Work-in-progress state of `prepare`; removed once the manifest is written.
 STATE_DIR = ".prepare"
