@@ -45,11 +45,10 @@ class PrepareConfig:
     hf_split: str = "train"
     hf_name: str | None = None
     dedup: str = "none"
-    decontaminate: tuple[str, ...] = ()
+    decontaminate: list[str] = dataclasses.field(default_factory=list)  # a list, as JSON reads it back
     decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "decontaminate", tuple(self.decontaminate))  # a list, from JSON
         if self.dedup not in DEDUP_MODES:
             raise ValueError(f"unknown dedup mode {self.dedup!r}; expected one of {DEDUP_MODES}")
         if self.decontaminate_ngram < 1:

@@ -149,6 +149,9 @@ def test_eval_text_inside_longer_documents_is_found(tmp_path):
     assert all(len(e.sha256) == 64 for e in manifest.eval_files)
     assert [(r["document"], r["eval_file"]) for r in _removals(out)] == [(0, eval_jsonl), (1, eval_parquet), (2, eval_text)]
     assert manifest.totals["train"].documents == 2
+    shown = subprocess.run([sys.executable, "-m", "pipeline", "inspect", out], cwd=REPO, capture_output=True, text=True)
+    assert "removed (see removals.jsonl): contaminated 3" in shown.stdout, shown.stderr
+    assert f"decontaminated against {eval_parquet}" in shown.stdout
 
 
 def test_a_missing_eval_file_is_one_line(tmp_path):

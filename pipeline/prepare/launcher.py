@@ -91,10 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _paths(value: str) -> tuple[str, ...]:
+def _paths(value: str) -> list[str]:
     """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
-    paths = tuple(p for p in value.split(",") if p)
-    return tuple(p if not storage.is_local(p) else os.path.abspath(p) for p in paths)
+    return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -287,4 +286,6 @@ def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:
         lines.append("  skipped: " + json.dumps(manifest.skipped, sort_keys=True))
     if manifest.counts:
         lines.append("  counts: " + json.dumps(manifest.counts, sort_keys=True))
+    if manifest.removed:
+        lines.append("  removed: " + json.dumps(manifest.removed, sort_keys=True) + " (listed in removals.jsonl)")
     return "\n".join(lines)

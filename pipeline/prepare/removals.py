@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from pipeline import storage
+from pipeline.prepare.units import WorkUnit
 from schemas import formats
 from schemas.manifest import PrepareConfig
 
@@ -90,7 +91,7 @@ def removed_numbers(output_dir: str, unit: int) -> frozenset[int]:
     return frozenset(entry[0] for entry in read_removal_list(output_dir, unit)["removed"])
 
 
-def write_removals_file(output_dir: str, units: list, eval_paths: tuple[str, ...]) -> tuple[dict[str, int], list[int]]:
+def write_removals_file(output_dir: str, units: list[WorkUnit], eval_paths: list[str]) -> tuple[dict[str, int], list[int]]:
     """`removals.jsonl` from the units' lists, in input order, each document named by its input
     and its ordinal there (counting from 0); returns the counts per reason and per eval file."""
     lists = {u.index: read_removal_list(output_dir, u.index) for u in units}

@@ -63,7 +63,7 @@ class _Collector:
     def __init__(self, config: PrepareConfig, eval_digests: tuple[str, ...]):
         self._near = config.dedup == "near"
         self._evals = (
-            eval_set(config.decontaminate, config.decontaminate_ngram, config.separator, eval_digests)
+            eval_set(tuple(config.decontaminate), config.decontaminate_ngram, config.separator, eval_digests)
             if config.decontaminate
             else None
         )
