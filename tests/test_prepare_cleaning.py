@@ -161,6 +161,31 @@ def test_a_missing_eval_file_is_one_line(tmp_path):
         run_prepare([write_text(str(tmp_path / "a.txt"), ["x"])], str(tmp_path / "out"), "--decontaminate", str(tmp_path / "nowhere.jsonl"))
 
 
+def test_bad_input_in_the_cleaning_pass_is_one_line_and_eval_changes_are_refused(tmp_path, monkeypatch):
+    from pipeline.prepare.launcher import PrepareError
+
+    good = write_jsonl(str(tmp_path / "good.jsonl"), ["one doc", "another doc"])
+    bad = str(tmp_path / "bad.jsonl.gz")
+    with open(bad, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00 truncated")
+    with pytest.raises(PrepareError, match="bad.jsonl.gz"):
+        run_prepare([good, bad], str(tmp_path / "out"), "--dedup", "exact")
+    # With --skip-bad-files the unit is skipped and recorded, as without cleaning.
+    manifest = run_prepare([good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files")
+    assert manifest.skipped == {"unreadable_file": 1} and manifest.totals["train"].documents == 2
+
+    evals = write_jsonl(str(tmp_path / "eval.jsonl"), ["a b c"])
+    out = str(tmp_path / "changed")
+    args = ["--decontaminate", evals, "--decontaminate-ngram", "2"]
+    with monkeypatch.context() as patch:  # the tokenizing pass fails after the cleaning stage completed
+        patch.setattr("pipeline.prepare.beam_job.process_unit", lambda unit, context: 1 / 0)
+        with pytest.raises(PrepareError, match="ZeroDivisionError"):
+            run_prepare([good], out, *args)
+    write_jsonl(evals, ["x y z"])
+    with pytest.raises(PrepareError, match="eval files changed"):
+        run_prepare([good], out, *args)
+
+
 def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
     corpus = planted_corpus(1500, words=120, seed=4)
     docs = corpus.documents

@@ -157,5 +157,14 @@ def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunC
 
 
 def is_cleaned(context: RunContext) -> bool:
+    """Whether this run's cleaning stage is complete. Raises ValueError when an earlier run here
+    completed it against other eval files: units it tokenized followed that stage's lists."""
     path = cleaned_path(context.output_dir)
-    return storage.exists(path) and storage.read_text(path) == fingerprints_key(context)
+    if not storage.exists(path):
+        return False
+    if storage.read_text(path) != fingerprints_key(context):
+        raise ValueError(
+            f"the eval files changed since this unfinished run in {context.output_dir} decontaminated against "
+            "them; pass --overwrite to prepare again"
+        )
+    return True

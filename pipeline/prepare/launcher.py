@@ -170,7 +170,7 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
         )
         if not local:
             storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
-        cleaning_seconds = _run_cleaning(plan, context, options, local, verbose) if pending else 0.0
+        cleaning_seconds = _run_cleaning(plan, context, options, local, verbose)
         if pending:
             progress = Progress(
                 poll,
@@ -211,8 +211,11 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
     """Runs the cleaning job unless it is not asked for or already complete; returns its seconds.
     It fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
     found across all of them."""
-    if not cleans(plan.config) or cleaning_job.is_cleaned(context):
-        return 0.0
+    try:
+        if not cleans(plan.config) or cleaning_job.is_cleaned(context):
+            return 0.0
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
     started = time.time()
     print(f"prepare: cleaning {len(plan.units)} units (dedup {plan.config.dedup}, "
           f"{len(plan.config.decontaminate)} eval files)", file=sys.stderr)
