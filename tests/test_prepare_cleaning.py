@@ -161,7 +161,7 @@ def test_a_missing_eval_file_is_one_line(tmp_path):
         run_prepare([write_text(str(tmp_path / "a.txt"), ["x"])], str(tmp_path / "out"), "--decontaminate", str(tmp_path / "nowhere.jsonl"))
 
 
-def test_bad_input_in_the_cleaning_pass_is_one_line_and_eval_changes_are_refused(tmp_path, monkeypatch):
+def test_bad_input_in_the_cleaning_pass_is_one_line_or_a_recorded_skip(tmp_path):
     from pipeline.prepare.launcher import PrepareError
 
     good = write_jsonl(str(tmp_path / "good.jsonl"), ["one doc", "another doc"])
@@ -174,16 +174,28 @@ def test_bad_input_in_the_cleaning_pass_is_one_line_and_eval_changes_are_refused
     manifest = run_prepare([good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files")
     assert manifest.skipped == {"unreadable_file": 1} and manifest.totals["train"].documents == 2
 
-    evals = write_jsonl(str(tmp_path / "eval.jsonl"), ["a b c"])
-    out = str(tmp_path / "changed")
-    args = ["--decontaminate", evals, "--decontaminate-ngram", "2"]
-    with monkeypatch.context() as patch:  # the tokenizing pass fails after the cleaning stage completed
-        patch.setattr("pipeline.prepare.beam_job.process_unit", lambda unit, context: 1 / 0)
-        with pytest.raises(PrepareError, match="ZeroDivisionError"):
-            run_prepare([good], out, *args)
-    write_jsonl(evals, ["x y z"])
-    with pytest.raises(PrepareError, match="eval files changed"):
-        run_prepare([good], out, *args)
+
+
+def test_a_cleaning_stage_completed_against_other_eval_files_is_refused(tmp_path):
+    from pipeline.prepare.cleaning_job import fingerprints_key, is_cleaned
+    from pipeline.prepare.removals import cleaned_path
+    from pipeline.prepare.worker import RunContext
+    from schemas.manifest import PrepareConfig
+
+    def context(digest: str) -> RunContext:
+        return RunContext(
+            config=PrepareConfig(decontaminate=["eval.jsonl"]), dtype_name="uint16", num_units=1,
+            output_dir=str(tmp_path), plan="p", package_versions={}, extras=(), failures_dir=str(tmp_path / "f"),
+            eval_digests=(digest,),
+        )
+
+    assert not is_cleaned(context("a" * 64))
+    os.makedirs(os.path.dirname(cleaned_path(str(tmp_path))))
+    with open(cleaned_path(str(tmp_path)), "w") as f:
+        f.write(fingerprints_key(context("a" * 64)))
+    assert is_cleaned(context("a" * 64))
+    with pytest.raises(ValueError, match="eval files changed"):
+        is_cleaned(context("b" * 64))
 
 
 def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
