@@ -50,6 +50,7 @@ bench: venv $(BASE_VENV)/.installed
 	$(PY) benchmarks/prepare_throughput.py --python $(BASE_VENV)/bin/python --megabytes 1024 --rounds 3 \
 		--skip-nanogpt --workdir /tmp/prepare_bench_1g || status=1; \
 	$(PY) benchmarks/planning.py --check || status=1; \
+	$(PY) benchmarks/dedup.py --check || status=1; \
 	$(PY) benchmarks/loader_throughput.py --check || status=1; \
 	$(PY) benchmarks/train_step.py || status=1; \
 	exit $$status

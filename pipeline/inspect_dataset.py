@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes")
     if manifest.skipped:
         print("skipped:", ", ".join(f"{k} {v}" for k, v in manifest.skipped.items()))
+    if manifest.removed:
+        print("removed (see removals.jsonl):", ", ".join(f"{k} {v}" for k, v in manifest.removed.items()))
+    for e in manifest.eval_files:
+        print(f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} documents")
     if args.split not in manifest.totals:
         print(f"inspect: error: no split {args.split!r} (splits: {sorted(manifest.totals)})", file=sys.stderr)
         return 2

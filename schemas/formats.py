@@ -14,6 +14,8 @@ MANIFEST_VERSION = 3
 # equal byte for byte.
 RUN_INFO_NAME = "run_info.json"
 REJECTS_NAME = "rejects.jsonl"
+# Documents the cleaning stage removed (--dedup, --decontaminate), one JSON object a line.
+REMOVALS_NAME = "removals.jsonl"
 
 # Work-in-progress state of `prepare`; removed once the manifest is written.
 STATE_DIR = ".prepare"

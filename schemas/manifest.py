@@ -22,6 +22,8 @@ DEFAULT_SEPARATOR = "<|endoftext|>"
 # What a file holds; `--format hf` resolves a Hugging Face dataset to files of these formats.
 FILE_FORMATS = ("text", "jsonl", "parquet", "arrow")
 INPUT_FORMATS = (*FILE_FORMATS, "hf")
+DEDUP_MODES = ("none", "exact", "near")
+DEFAULT_DECONTAMINATE_NGRAM = 13
 # A shard path is relative and stays inside the dataset: a split directory, then a plain name.
 SHARD_PATH_PATTERN = r"^(train|validation)/[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
@@ -46,8 +48,15 @@ class PrepareConfig:
     # token put before / after each document; bos_token "none" puts none.
     bos_token: str | None = None
     eos_token: str | None = None
+    dedup: str = "none"
+    decontaminate: list[str] = dataclasses.field(default_factory=list)  # a list, as JSON reads it back
+    decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
 
     def __post_init__(self) -> None:
+        if self.dedup not in DEDUP_MODES:
+            raise ValueError(f"unknown dedup mode {self.dedup!r}; expected one of {DEDUP_MODES}")
+        if self.decontaminate_ngram < 1:
+            raise ValueError(f"decontaminate_ngram must be at least 1 (got {self.decontaminate_ngram=})")
         if self.format is not None and self.format not in INPUT_FORMATS:
             raise ValueError(f"unknown format {self.format!r}; expected one of {INPUT_FORMATS}")
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -117,6 +126,15 @@ class SplitTotals:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalFileInfo:
+    """An eval file the corpus was decontaminated against, and how many documents it removed."""
+
+    path: str
+    sha256: str
+    removed: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     tokenizer: TokenizerInfo
     dtype: str
@@ -129,6 +147,9 @@ class Manifest:
     totals: dict[str, SplitTotals]
     package_versions: dict[str, str]
     hub_revisions: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate, contaminated).
+    removed: dict[str, int] = dataclasses.field(default_factory=dict)
+    eval_files: tuple[EvalFileInfo, ...] = ()
     format: str = formats.MANIFEST_FORMAT
     version: int = formats.MANIFEST_VERSION
 
@@ -156,6 +177,8 @@ class Manifest:
             totals={k: SplitTotals(**v) for k, v in data["totals"].items()},
             package_versions=dict(data["package_versions"]),
             hub_revisions=dict(data["hub_revisions"]),
+            removed=dict(data.get("removed", {})),
+            eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
             format=data["format"],
             version=data["version"],
         )
@@ -228,6 +251,9 @@ JSON_SCHEMA: dict[str, Any] = {
                     "hf_name": {"type": ["string", "null"]},
                     "bos_token": {"type": ["string", "null"]},
                     "eos_token": {"type": ["string", "null"]},
+                    "dedup": {"enum": list(DEDUP_MODES)},
+                    "decontaminate": {"type": "array", "items": _STR},
+                    "decontaminate_ngram": {"type": "integer", "minimum": 1},
                 }
             ),
             "inputs": {
@@ -263,7 +289,14 @@ JSON_SCHEMA: dict[str, Any] = {
             },
             "package_versions": {"type": "object", "additionalProperties": _STR},
             "hub_revisions": {"type": "object", "additionalProperties": _STR},
-        }
+            "removed": _COUNTS,
+            "eval_files": {
+                "type": "array",
+                "items": _object({"path": _STR, "sha256": _SHA256, "removed": _INT}),
+            },
+        },
+        required=["format", "version", "tokenizer", "dtype", "config", "inputs", "num_units", "shards",
+                  "skipped", "counts", "totals", "package_versions", "hub_revisions"],
     ),
 }
 

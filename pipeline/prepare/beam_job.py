@@ -15,6 +15,7 @@ import difflib
 import importlib
 import os
 import traceback
+from collections.abc import Callable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -176,28 +177,36 @@ def longest_first(units: list[WorkUnit]) -> list[WorkUnit]:
     return sorted(units, key=lambda u: (u.rows, -(u.end - u.start)))
 
 
-def _build(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:
+def spread_units(pipeline: beam.Pipeline, units: list[WorkUnit]) -> beam.PCollection:
+    """The units as elements, spread evenly over the workers."""
     # Each unit is keyed by its place in a longest-first order and grouped: Beam's local runner
     # deals the keys out to its workers in turn, so each gets an equal share (it does not balance
     # work dynamically); a distributed runner spreads the keys over its workers.
-    (
+    return (
         pipeline
         | "Units" >> beam.Create(list(enumerate(longest_first(units))), reshuffle=False)
         | "Spread" >> beam.GroupByKey()
         | "Unkey" >> beam.FlatMap(lambda keyed: keyed[1])
-        | "TokenizeAndWrite" >> beam.ParDo(PrepareUnitFn(context))
     )
 
 
-def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions) -> None:
-    """Runs the units on the pinned local runner, returning when they are done.
+Build = Callable[[beam.Pipeline, list[WorkUnit], RunContext], None]
+
+
+def _build(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:
+    spread_units(pipeline, units) | "TokenizeAndWrite" >> beam.ParDo(PrepareUnitFn(context))
+
+
+def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build | None = None) -> None:
+    """Runs the units (through the pipeline `build` makes) on the pinned local runner, returning
+    when they are done.
 
     Call it in a single-threaded process: in `multi_processing` mode it forks the workers first.
     """
     count = forked_worker_count(options)
     if not count:
         with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
-            _build(pipeline, units, context)
+            (build or _build)(pipeline, units, context)
         return
     config = context.config
     load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)  # once, before the fork
@@ -206,13 +215,15 @@ def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptio
         # A running mode the runner does not know keeps the given environment instead of its own.
         options.view_as(DirectOptions).direct_running_mode = None
         with beam.Pipeline(runner=_local_runner(options, workers.environment()), options=options) as pipeline:
-            _build(pipeline, units, context)
+            (build or _build)(pipeline, units, context)
     finally:
         workers.close()
 
 
-def start_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions) -> PipelineResult:
+def start_units(
+    units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build | None = None
+) -> PipelineResult:
     """Submits the units to the configured (remote) runner; returns as soon as it has them."""
     pipeline = beam.Pipeline(options=options)
-    _build(pipeline, units, context)
+    (build or _build)(pipeline, units, context)
     return pipeline.run()

@@ -8,6 +8,7 @@ line's number is a prefix sum over the units before it).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,9 +17,10 @@ from pipeline import storage
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
+from pipeline.prepare.removals import cleans, write_removals_file
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
 from schemas import formats
-from schemas.manifest import InputInfo, Manifest, split_totals
+from schemas.manifest import EvalFileInfo, InputInfo, Manifest, split_totals
 
 
 class FinalizeError(RuntimeError):
@@ -141,11 +143,21 @@ def _write_rejects(output_dir: str, plan: Plan, results: dict[int, UnitResult]) 
                     out.writelines(_reject_line(json.loads(line), before) for line in text.splitlines())
 
 
-def write_outputs(output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str]) -> Manifest:
-    """Rejects and run info first, the manifest last: its presence means the directory is complete."""
+def write_outputs(
+    output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str], eval_digests: tuple[str, ...] = ()
+) -> Manifest:
+    """Rejects, removals and run info first, the manifest last: its presence means the directory is
+    complete."""
     results = finished_units(output_dir)
     manifest = build_manifest(plan, results, shard_sizes(output_dir), launcher_versions)
     _write_rejects(output_dir, plan, results)
+    if cleans(plan.config):
+        removed, per_eval = write_removals_file(output_dir, list(plan.units), plan.config.decontaminate)
+        eval_files = tuple(
+            EvalFileInfo(path=path, sha256=sha256, removed=n)
+            for path, sha256, n in zip(plan.config.decontaminate, eval_digests, per_eval)
+        )
+        manifest = dataclasses.replace(manifest, removed=removed, eval_files=eval_files)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())
     info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds}

@@ -46,10 +46,10 @@ class JobError(RuntimeError):
         self.details = details
 
 
-def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors) -> None:
+def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: beam_job.Build | None) -> None:
     die_with_parent()
     try:
-        beam_job.run_units(units, context, options)
+        beam_job.run_units(units, context, options, build)
     except BaseException as e:
         errors.send((f"{type(e).__name__}: {e}", traceback.format_exc()))
         raise SystemExit(1) from None
@@ -105,11 +105,12 @@ def _watch_local(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
+    build: beam_job.Build | None,
 ) -> str:
     """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
     start = multiprocessing.get_context(_start_method())
     receive, send = start.Pipe(duplex=False)
-    process = start.Process(target=_child, args=(units, context, options, send), daemon=False)
+    process = start.Process(target=_child, args=(units, context, options, send, build), daemon=False)
     process.start()
     send.close()
     workers = _Workers(process.pid, forked_worker_count(options))
@@ -152,12 +153,14 @@ def run_local(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
+    build: beam_job.Build | None = None,
 ) -> int:
     """Runs every unit, restarting on the units not done after a loss; returns the restarts made.
-    `finished` lists the units recorded so far; `tick` is called while waiting."""
+    `finished` lists the units recorded so far; `tick` is called while waiting; `build` makes the
+    pipeline (the tokenizing one unless told)."""
     restarts = 0
     while True:
-        outcome = _watch_local(units, context, options, finished, tick)
+        outcome = _watch_local(units, context, options, finished, tick, build)
         if outcome != "lost":
             return restarts
         if restarts == RESTARTS:
@@ -173,12 +176,13 @@ def run_remote(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
+    build: beam_job.Build | None = None,
 ) -> None:
     """Submits the units to the runner and watches them: returns once every unit is recorded (after
     the job ends, or a grace period for runners that report no end), or a unit failure is (the job
     is then cancelled). A job that ends in any state, or whose result raises, is noticed; whether
     the run succeeded is then the units' records' to say, never the runner's state alone."""
-    result = beam_job.start_units(units, context, options)
+    result = beam_job.start_units(units, context, options, build)
     ended = threading.Event()
     outcome: dict[str, str] = {}
 

@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from pipeline import storage
 from pipeline.hub_tokenizer import is_hub_spec, pin
 from pipeline.manifest_io import shard_sizes
-from pipeline.prepare import beam_job, hub_filesystem, job
+from pipeline.prepare import beam_job, cleaning_job, eval_sets, hub_filesystem, job
 from pipeline.prepare.failures import read_failures, remote_failures_dir
 from pipeline.prepare.finalize import (
     FinalizeError,
@@ -39,6 +39,7 @@ from pipeline.prepare.output_dir import (
     prepare_output_dir,
 )
 from pipeline.prepare.planning import Plan, make_plan
+from pipeline.prepare.removals import cleans
 from pipeline.prepare.progress import Progress, format_count, format_duration
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
@@ -46,7 +47,7 @@ from pipeline.prepare.worker import RunContext
 from pipeline.prepare.worker_environment import package_versions, staging_options, version_differences
 from pipeline.tokenizer import is_path_spec
 from schemas import formats
-from schemas.manifest import INPUT_FORMATS, Manifest, PrepareConfig
+from schemas.manifest import DEDUP_MODES, INPUT_FORMATS, Manifest, PrepareConfig
 
 
 class PrepareError(RuntimeError):
@@ -87,10 +88,21 @@ def _parser() -> argparse.ArgumentParser:
     add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name")
     add("--hf-revision", default=None,
         help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
+    add("--dedup", choices=DEDUP_MODES, default=defaults.dedup,
+        help="remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first copy is kept")
+    add("--decontaminate", type=_paths, default=defaults.decontaminate, metavar="PATH[,PATH...]",
+        help="eval files (text, JSONL, Parquet): remove documents sharing a word n-gram with any of their examples")
+    add("--decontaminate-ngram", type=int, default=defaults.decontaminate_ngram,
+        help="words per n-gram for --decontaminate")
     add("--skip-bad-files", action="store_true", help="record unreadable inputs as skipped")
     add("--overwrite", action="store_true", help="replace what an earlier prepare run wrote in --output")
     add("--verbose", action="store_true", help="tracebacks with errors")
     return parser
+
+
+def _paths(value: str) -> list[str]:
+    """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
+    return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -145,7 +157,9 @@ def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed:
             )
 
 
-def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
+def _run_pending(
+    plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, eval_digests: tuple[str, ...]
+) -> dict:
     """Runs the units not done yet; returns what run_info.json records of it.
 
     A unit is done if its record is of this plan and every shard it names is in place; any other
@@ -187,9 +201,11 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
             package_versions=package_versions(extras),
             extras=extras,
             failures_dir=scratch if local else remote_failures_dir(output_dir),
+            eval_digests=eval_digests,
         )
         if not local:
             storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
+        cleaning_seconds = _run_cleaning(plan, context, options, local, verbose)
         if pending:
             progress = Progress(
                 poll,
@@ -221,10 +237,41 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
         "units_run": len(pending),
         "units_resumed": len(done),
         "job_restarts": restarts,
-        "tokenize_seconds": time.time() - started,
+        "cleaning_seconds": cleaning_seconds,
+        "tokenize_seconds": time.time() - started - cleaning_seconds,
         "runner": options.view_as(StandardOptions).runner or "FnApiRunner",
         "pipeline_args": pipeline_args,
     }
+
+
+def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose: bool) -> float:
+    """Runs the cleaning job unless it is not asked for or already complete; returns its seconds.
+    It fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
+    found across all of them."""
+    try:
+        if not cleans(plan.config) or cleaning_job.is_cleaned(context):
+            return 0.0
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    started = time.time()
+    print(f"prepare: cleaning {len(plan.units)} units (dedup {plan.config.dedup}, "
+          f"{len(plan.config.decontaminate)} eval files)", file=sys.stderr)
+    units = list(plan.units)
+    everything = {u.index for u in units}
+
+    def cleaned() -> set[int]:
+        return everything if cleaning_job.is_cleaned(context) else set()
+
+    try:
+        run = job.run_local if local else job.run_remote
+        run(units, context, options, cleaned, lambda: None, cleaning_job.build_cleaning)
+    except job.JobError as e:
+        raise PrepareError(f"{e}; the fingerprints done are kept, and a rerun resumes", e.details if verbose else "") from None
+    failures = read_failures(context.failures_dir)
+    if failures:
+        raise PrepareError(f"{failures[0].message}; the fingerprints done are kept, and a rerun resumes",
+                           failures[0].traceback if verbose else "")
+    return time.time() - started
 
 
 def run(argv: list[str] | None = None) -> Manifest:
@@ -241,13 +288,16 @@ def run(argv: list[str] | None = None) -> Manifest:
         plan = make_plan(args.input, config, pinned)
         planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
+        eval_digests = tuple(eval_sets.file_sha256(path) for path in config.decontaminate)
+    except FileNotFoundError as e:
+        raise PrepareError(f"{e.filename or e}: no such file; check --input and --decontaminate") from None
     except (ValueError, SourceError, OutputError, OSError) as e:
         raise PrepareError(str(e)) from None
     if state == COMPLETE:
         print(f"{output_dir} is already complete for these inputs and config; nothing to do", file=sys.stderr)
         return Manifest.from_json(storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME)))
     try:
-        ran = _run_pending(plan, output_dir, pipeline_args, args.verbose)
+        ran = _run_pending(plan, output_dir, pipeline_args, args.verbose, eval_digests)
         run_info = {
             "started_unix": started,
             "finished_unix": time.time(),
@@ -257,7 +307,7 @@ def run(argv: list[str] | None = None) -> Manifest:
             "host": platform.node(),
             "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
-        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)))
+        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)), eval_digests)
     except (FinalizeError, OSError) as e:
         raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)
@@ -277,4 +327,6 @@ def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:
         lines.append("  skipped: " + json.dumps(manifest.skipped, sort_keys=True))
     if manifest.counts:
         lines.append("  counts: " + json.dumps(manifest.counts, sort_keys=True))
+    if manifest.removed:
+        lines.append("  removed: " + json.dumps(manifest.removed, sort_keys=True) + " (listed in removals.jsonl)")
     return "\n".join(lines)

@@ -21,8 +21,10 @@ import numpy as np
 from pipeline import storage
 from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
-from pipeline.prepare.sources import SOURCES, SourceError
+from pipeline.prepare.removals import cleans, removed_numbers
+from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
+from pipeline.prepare.unit_documents import kept_documents, numbered_documents
 from pipeline.prepare.units import (
     UnitResult,
     WorkUnit,
@@ -94,6 +96,7 @@ class RunContext:
     package_versions: dict[str, str]  # the launcher's, for the run's extras
     extras: tuple[str, ...]
     failures_dir: str
+    eval_digests: tuple[str, ...] = ()  # SHA-256 of each of config.decontaminate, as the launcher read them
 
 
 class _SplitShards:
@@ -214,8 +217,9 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     tally, digest = Tally(), ContentDigest()
     tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
     writer = _UnitWriter(context, unit, tokenizer)
+    removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
     try:
-        for documents in SOURCES[unit.format].read(unit, config, tally, digest):
+        for documents in kept_documents(numbered_documents(unit, config, tally, digest), removed):
             writer.add(documents)
         writer.flush()
         shards = writer.shards.close()

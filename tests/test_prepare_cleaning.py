@@ -1,0 +1,255 @@
+"""The cleaning stage of prepare: exact and near duplicates and eval decontamination, planted in
+small corpora, found and counted; the same bytes for any worker count, on a rerun, and after a
+SIGKILL in either pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import decoded_documents, run_prepare, tree_bytes, write_jsonl, write_parquet, write_text
+from pipeline.planted import near_copy, planted_corpus
+from pipeline.prepare.documents import DocumentPiece
+from pipeline.prepare.fingerprints import minhash, normalized, word_hashes
+from pipeline.prepare.removals import EXACT, NEAR, duplicates, merge, place
+from pipeline.prepare.unit_documents import kept_documents
+from schemas import formats
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _removals(output: str) -> list[dict]:
+    with open(os.path.join(output, formats.REMOVALS_NAME)) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_normalization_is_nfc_and_collapsed_whitespace_keeping_case():
+    assert normalized("  Cafe\u0301 \t au\n\n lait ") == "Caf\u00e9 au lait"
+    assert normalized("Café") != normalized("café")
+
+
+def test_kept_documents_skips_numbers_and_whole_cut_documents():
+    piece = lambda text, first: [DocumentPiece(text, first)]  # noqa: E731
+    numbered = [(0, ["a", "b"]), (2, piece("c1", True)), (2, piece("c2", False)), (3, ["d", "e"])]
+    kept = list(kept_documents(numbered, frozenset({1, 2, 4})))
+    assert kept == [["a"], ["d"]]
+    assert list(kept_documents(numbered, frozenset())) == [docs for _, docs in numbered]
+
+
+def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():
+    keys = np.array([[5], [7], [5], [5], [7]], dtype=np.uint64)
+    places = np.array([place(2, 0), place(0, 3), place(0, 9), place(1, 0), place(3, 1)], dtype=np.int64)
+    halves = [(places[:2], keys[:2]), (places[2:], keys[2:])]
+    found = sorted(duplicates(EXACT, halves))
+    assert found == sorted(duplicates(EXACT, halves[::-1]))
+    assert found == [(1, 0, EXACT, place(0, 9)), (2, 0, EXACT, place(0, 9)), (3, 1, EXACT, place(0, 3))]
+    # The earliest keeper is named; on a tie, the exact match.
+    assert merge([(4, NEAR, 10), (4, EXACT, 12), (4, NEAR, 12), (5, NEAR, 3), (5, EXACT, 3)]) == {
+        4: (NEAR, 10),
+        5: (EXACT, 3),
+    }
+
+
+def _jaccard(a: str, b: str, n: int = 5) -> float:
+    grams = lambda text: {tuple(text.split()[i : i + n]) for i in range(len(text.split()) - n + 1)}  # noqa: E731
+    return len(grams(a) & grams(b)) / len(grams(a) | grams(b))
+
+
+def test_minhash_agreement_estimates_jaccard():
+    rng = random.Random(0)
+    words = [f"w{rng.randrange(10**6)}" for _ in range(400)]
+    a = " ".join(words)
+    b = near_copy(a, 10, rng)
+    jaccard = _jaccard(a, b)
+    agreement = float(np.mean(minhash(word_hashes(a)) == minhash(word_hashes(b))))
+    assert abs(agreement - jaccard) < 0.1, (agreement, jaccard)
+
+
+def test_exact_duplicates_across_inputs_and_units_keep_the_first(tmp_path, encoding):
+    corpus = planted_corpus(120, words=60, exact_fraction=0.25, near_fraction=0.0, seed=1)
+    docs = corpus.documents
+    # A copy differing in whitespace and Unicode composition is the same text; one in case is not.
+    docs[-1] = "  " + docs[0].replace(" ", " \n\t ", 3) + "\n"
+    docs.append(docs[0].upper())
+    exact = {**corpus.exact, len(docs) - 2: 0}
+    cut = len(docs) // 2
+    first = write_text(str(tmp_path / "a.txt"), docs[:cut])
+    second = write_jsonl(str(tmp_path / "b.jsonl"), docs[cut:])
+    out = str(tmp_path / "out")
+    manifest = run_prepare([first, second], out, "--dedup", "exact", "--unit-bytes", "8192")
+    assert manifest.num_units > 4
+    assert manifest.removed == {EXACT: len(exact)}
+    names = {0: first, 1: second}
+    where = lambda i: {"path": names[i >= cut], "document": i - cut * (i >= cut)}  # noqa: E731
+    assert sorted(_removals(out), key=lambda r: (r["path"] != first, r["document"])) == [
+        {"reason": EXACT, **where(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())
+    ]
+    kept = [d for i, d in enumerate(docs) if i not in exact]
+    assert sorted(decoded_documents(out, encoding)) == sorted(t.strip("\n") for t in kept)
+    assert sum(s.documents for s in manifest.shards) == len(kept)
+
+
+def test_a_cut_document_is_deduplicated_whole(tmp_path):
+    long = " ".join(f"word{i}" for i in range(400))  # over --max-document-bytes, under the JSONL line limit
+    docs = ["short one", long, "short two", long, long[:-1]]
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "a.jsonl"), docs)], out, "--dedup", "exact", "--max-document-bytes", "1024")
+    assert manifest.counts["cut_documents"] == 3
+    assert manifest.removed == {EXACT: 1}
+    assert _removals(out)[0]["document"] == 3 and _removals(out)[0]["duplicate_of"]["document"] == 1
+
+
+def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
+    corpus = planted_corpus(300, words=400, exact_fraction=0.05, near_fraction=0.15, changes=3, seed=2)
+    path = write_jsonl(str(tmp_path / "a.jsonl"), corpus.documents)
+    out = str(tmp_path / "out")
+    manifest = run_prepare([path], out, "--dedup", "near", "--unit-bytes", "65536")
+    removed = {r["document"]: r for r in _removals(out)}
+    planted = {**corpus.exact, **corpus.near}
+    assert set(removed) <= set(planted), "a distinct document was removed"
+    assert all(removed[i]["duplicate_of"]["document"] == planted[i] for i in removed)
+    # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability (1-0.9^8)^14 < 4e-4.
+    similar = [i for i, k in corpus.near.items() if _jaccard(corpus.documents[i], corpus.documents[k]) >= 0.9]
+    assert len(similar) > 30 and set(similar) <= set(removed)
+    assert manifest.removed == {EXACT: len(corpus.exact), NEAR: len(removed) - len(corpus.exact)}
+    assert manifest.totals["train"].documents == len(corpus.documents) - len(removed)
+
+
+def test_eval_text_inside_longer_documents_is_found(tmp_path):
+    rng = random.Random(3)
+    filler = lambda n: " ".join(f"f{rng.randrange(10**6)}" for _ in range(n))  # noqa: E731
+    questions = [filler(20) for _ in range(3)]
+    answers = [filler(15) for _ in range(2)]
+    passage = filler(30)
+    eval_jsonl = write_jsonl(str(tmp_path / "qa.jsonl"), questions, field="question")
+    eval_parquet = write_parquet(str(tmp_path / "answers.parquet"), answers)
+    eval_text = write_text(str(tmp_path / "passages.txt"), [passage])
+    docs = [
+        filler(50) + " " + " ".join(questions[1].split()[2:15]).upper() + ", " + filler(50),  # 13 words, case changed
+        filler(40) + " " + answers[0] + " " + filler(10),
+        filler(10) + " " + passage + " " + filler(10),
+        filler(50) + " " + " ".join(questions[0].split()[:12]) + " " + filler(50),  # 12 words: no match
+        filler(80),
+    ]
+    out = str(tmp_path / "out")
+    manifest = run_prepare(
+        [write_text(str(tmp_path / "corpus.txt"), docs)], out,
+        "--decontaminate", ",".join([eval_jsonl, eval_parquet, eval_text]),
+    )
+    assert manifest.removed == {"contaminated": 3}
+    assert [(e.path, e.removed) for e in manifest.eval_files] == [(eval_jsonl, 1), (eval_parquet, 1), (eval_text, 1)]
+    assert all(len(e.sha256) == 64 for e in manifest.eval_files)
+    assert [(r["document"], r["eval_file"]) for r in _removals(out)] == [(0, eval_jsonl), (1, eval_parquet), (2, eval_text)]
+    assert manifest.totals["train"].documents == 2
+    shown = subprocess.run([sys.executable, "-m", "pipeline", "inspect", out], cwd=REPO, capture_output=True, text=True)
+    assert "removed (see removals.jsonl): contaminated 3" in shown.stdout, shown.stderr
+    assert f"decontaminated against {eval_parquet}" in shown.stdout
+
+
+def test_a_missing_eval_file_is_one_line(tmp_path):
+    from pipeline.prepare.launcher import PrepareError
+
+    with pytest.raises(PrepareError, match="nowhere.jsonl"):
+        run_prepare([write_text(str(tmp_path / "a.txt"), ["x"])], str(tmp_path / "out"), "--decontaminate", str(tmp_path / "nowhere.jsonl"))
+
+
+def test_bad_input_in_the_cleaning_pass_is_one_line_or_a_recorded_skip(tmp_path):
+    from pipeline.prepare.launcher import PrepareError
+
+    good = write_jsonl(str(tmp_path / "good.jsonl"), ["one doc", "another doc"])
+    bad = str(tmp_path / "bad.jsonl.gz")
+    with open(bad, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00 truncated")
+    with pytest.raises(PrepareError, match="bad.jsonl.gz"):
+        run_prepare([good, bad], str(tmp_path / "out"), "--dedup", "exact")
+    # With --skip-bad-files the unit is skipped and recorded, as without cleaning.
+    manifest = run_prepare([good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files")
+    assert manifest.skipped == {"unreadable_file": 1} and manifest.totals["train"].documents == 2
+
+
+
+def test_a_cleaning_stage_completed_against_other_eval_files_is_refused(tmp_path):
+    from pipeline.prepare.cleaning_job import fingerprints_key, is_cleaned
+    from pipeline.prepare.removals import cleaned_path
+    from pipeline.prepare.worker import RunContext
+    from schemas.manifest import PrepareConfig
+
+    def context(digest: str) -> RunContext:
+        return RunContext(
+            config=PrepareConfig(decontaminate=["eval.jsonl"]), dtype_name="uint16", num_units=1,
+            output_dir=str(tmp_path), plan="p", package_versions={}, extras=(), failures_dir=str(tmp_path / "f"),
+            eval_digests=(digest,),
+        )
+
+    assert not is_cleaned(context("a" * 64))
+    os.makedirs(os.path.dirname(cleaned_path(str(tmp_path))))
+    with open(cleaned_path(str(tmp_path)), "w") as f:
+        f.write(fingerprints_key(context("a" * 64)))
+    assert is_cleaned(context("a" * 64))
+    with pytest.raises(ValueError, match="eval files changed"):
+        is_cleaned(context("b" * 64))
+
+
+def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
+    corpus = planted_corpus(1500, words=120, seed=4)
+    docs = corpus.documents
+    eval_path = write_jsonl(str(tmp_path / "eval.jsonl"), [docs[7], docs[900]])
+    a = write_text(str(tmp_path / "a.txt"), docs[:1000])
+    b = write_jsonl(str(tmp_path / "b.jsonl"), docs[1000:])
+    return [a, b], ["--dedup", "near", "--decontaminate", eval_path, "--unit-bytes", "65536", "--validation-fraction", "0.1"]
+
+
+def _outputs(root: str) -> dict[str, bytes]:
+    files = tree_bytes(root)
+    files.pop(formats.RUN_INFO_NAME)
+    return files
+
+
+@pytest.mark.slow
+def test_same_bytes_with_one_and_two_workers_and_on_a_rerun(tmp_path):
+    inputs, args = _cleaning_corpus(tmp_path)
+    one = str(tmp_path / "one")
+    manifest = run_prepare(inputs, one, *args)
+    assert manifest.removed["contaminated"] >= 2 and manifest.removed[EXACT] > 0 and manifest.removed[NEAR] > 0
+    two = str(tmp_path / "two")
+    run_prepare(inputs, two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    assert _outputs(one) == _outputs(two)
+    run_prepare(inputs, str(tmp_path / "again"), *args)
+    assert _outputs(one) == _outputs(str(tmp_path / "again"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_dir", ["fingerprints", formats.UNITS_DIR])
+def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
+    inputs, args = _cleaning_corpus(tmp_path)
+    args += ["--unit-bytes", "16384"]
+    clean = str(tmp_path / "clean")
+    run_prepare(inputs, clean, *args)
+    out = str(tmp_path / "killed")
+    watched = os.path.join(out, formats.STATE_DIR, state_dir)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "prepare", *[a for p in inputs for a in ("--input", p)], *args,
+         "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if os.path.isdir(watched) and len(os.listdir(watched)) >= 2:
+            break
+        time.sleep(0.002)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
+    done = len([n for n in os.listdir(watched) if not n.startswith(".")])
+    assert 0 < done < total, "the kill must land part-way"
+    assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
+    run_prepare(inputs, out, *args)
+    assert _outputs(out) == _outputs(clean)
