@@ -74,7 +74,9 @@ class TrainConfig:
     def from_json(cls, text: str) -> TrainConfig:
         data = json.loads(text)
         data["model"] = GPTConfig(**data["model"])
-        data["data"] = tuple(DataSource(**source) for source in data["data"])
+        data["data"] = tuple(
+            DataSource(**{**source, "stages": tuple(map(tuple, source.get("stages", ())))}) for source in data["data"]
+        )
         data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
         return cls(**data)
 
