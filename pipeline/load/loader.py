@@ -390,8 +390,8 @@ def make_dataset(config: LoaderConfig) -> grain.IterDataset:
     if config.num_epochs is not None and host.steps(Position.start(len(manifests))) == 0:
         row_tokens = host.planner.width
         raise LoaderError(
-            f"{config.num_epochs} epoch(s) of the {config.split!r} split hold fewer tokens than one global batch "
-            f"of {config.global_batch_size} x {row_tokens}; lower seq_len or global_batch_size, or raise num_epochs"
+            f"{config.num_epochs} epoch(s) of the {config.split!r} split hold fewer than one global batch "
+            f"of {config.global_batch_size} x {row_tokens} tokens; lower seq_len or global_batch_size, or raise num_epochs"
         )
     return HostBatchIterDataset(host, worker_count=config.worker_count, sources=len(manifests))
 
