@@ -245,7 +245,9 @@ def test_a_run_saved_on_two_processes_resumes_on_four_devices_and_on_one_with_th
     digests, losses = _fed(reference)
     for devices, mesh in ((4, "data=4"), (1, "data=1")):
         workdir = str(tmp_path / f"resumed-{devices}")
-        first = _two_processes([_train_args(stories_dataset, workdir, "--steps", "3", "--mesh", "data=2")] * 2)
+        # --decay-steps keeps the uninterrupted run's learning-rate schedule.
+        first = _two_processes([_train_args(stories_dataset, workdir, "--steps", "3", "--decay-steps", "6",
+                                            "--mesh", "data=2")] * 2)
         assert [r.returncode for r in first] == [0, 0], first[0].stderr[-3000:]
         resumed = _one_process(workdir, stories_dataset, devices, "--mesh", mesh)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
