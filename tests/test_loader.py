@@ -14,7 +14,7 @@ import pytest
 from conftest import read_split as read_records
 from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
 
-from pipeline.load.global_index import shuffle_seed
+from pipeline.load.global_index import permutation
 from pipeline.load.loader import LoaderConfig, LoaderError, host_batch_size, make_dataset, make_iterator, open_prepared
 from schemas import formats
 
@@ -48,8 +48,8 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
 def global_stream(data_dir: str, *, seed: int, epoch: int = 0) -> np.ndarray:
     """One epoch's tokens, records in the order the shuffle says, read independently of the loader."""
     records = read_records(data_dir)
-    order = grain.MapDataset.range(len(records)).shuffle(seed=shuffle_seed(seed, 0))
-    return np.concatenate([records[order[epoch * len(records) + j]] for j in range(len(records))])
+    order = permutation(len(records), seed=seed, source=0, epoch=epoch)
+    return np.concatenate([records[j] for j in order])
 
 
 def global_batches(cfg: LoaderConfig, count: int) -> list[dict[str, np.ndarray]]:

@@ -7,9 +7,9 @@ number of processes or the prefetch workers.
 
 The plan is one stream of records for the whole run:
 
-- each source's records are read in a fresh permutation per epoch (Grain's index shuffle,
-  O(1) memory: record `j` of epoch `e` is computed, not stored), one after another: a source's
-  epoch reads each of its records exactly once before any repeats;
+- each source's records are read in a fresh seeded permutation per epoch (numpy's, drawn when
+  the epoch is first reached and kept while it is read: 4 bytes per record), one epoch after
+  another: a source's epoch reads each of its records exactly once before any repeats;
 - with several sources, the next record comes from the source furthest below its token share in
   the current stage (the fewest tokens per unit of weight since the stage began, the first on a
   tie), so realized shares follow each stage's weights within a record;
@@ -25,7 +25,8 @@ position is also the loader's checkpoint: a few integers that mean the same on a
 
 Costs: a step's plan touches only the records it places (a few per batch), so building it is
 microseconds of Python per record; memory is the lengths' memory maps (4 bytes per document, 8 per
-record, paged in as touched) plus O(1) per source. See docs/global-index.md for figures.
+record, paged in as touched) plus the current epoch's permutation of each source (4 bytes per
+record). See docs/global-index.md for figures.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import grain
 import numpy as np
 
 from pipeline.load.lengths import SplitLengths
@@ -41,13 +41,14 @@ from pipeline.load.lengths import SplitLengths
 PACKINGS = ("concat", "document")
 
 
-def shuffle_seed(seed: int, source: int) -> int:
-    """A 32-bit base seed mixed from the user's seed and the source's position in a mixture.
+def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+    """The order in which epoch `epoch` of source `source` reads its records.
 
-    Grain's shuffle uses `base + epoch` for each epoch; mixing keeps seed 1 from replaying seed 0's
-    epochs shifted by one, and two sources of equal size from being shuffled alike.
+    Seeded by all three, so seed 1 does not replay seed 0's epochs shifted by one, and two sources
+    of equal size are not shuffled alike.
     """
-    return int(np.random.SeedSequence((seed, source)).generate_state(1, dtype=np.uint32)[0])
+    rng = np.random.default_rng(np.random.SeedSequence((seed, source, epoch)))
+    return rng.permutation(np.arange(records, dtype=np.uint32 if records < 2**32 else np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,8 @@ class Planner:
         packing: str, num_epochs: int | None = None,
     ):
         self._lengths = list(lengths)
-        self._orders = [grain.MapDataset.range(n.records).shuffle(seed=shuffle_seed(seed, k)) for k, n in enumerate(lengths)]
+        self._seed = seed
+        self._orders: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
         self._stages = sorted(stages, key=lambda s: s.start)
         self._seq_len = seq_len
         self._rows = rows
@@ -141,21 +143,27 @@ class Planner:
 
     def record_of(self, source: int, finished: int) -> int:
         """The split index of source `source`'s record after `finished` others."""
-        if self._num_epochs is not None and finished >= self._num_epochs * self._lengths[source].records:
+        records = self._lengths[source].records
+        epoch, index = divmod(finished, records)
+        if self._num_epochs is not None and epoch >= self._num_epochs:
             raise EndOfData
-        return int(self._orders[source][finished])
+        if self._orders.get(source, (-1,))[0] != epoch:
+            self._orders[source] = epoch, permutation(records, seed=self._seed, source=source, epoch=epoch)
+        return int(self._orders[source][1][index])
 
-    def _pieces(self, documents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Starts and lengths of a record's pieces: its documents, cut into at most seq_len tokens."""
+    def _pieces(self, documents: np.ndarray) -> tuple[list[int], list[int]]:
+        """Starts and lengths of a record's pieces: for concat the whole record, for document
+        packing its documents, cut into at most seq_len tokens."""
+        lengths = documents.tolist()
         if self._packing == "concat":
-            return np.zeros(1, np.int64), np.array([documents.sum()])
-        counts = -(-documents // self._seq_len)
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        within = (np.arange(len(first)) - first) * self._seq_len
-        doc_starts = np.repeat(np.cumsum(documents) - documents, counts)
-        ends = np.repeat(np.cumsum(documents), counts)
-        starts = doc_starts + within
-        return starts, np.minimum(starts + self._seq_len, ends) - starts
+            return [0], [sum(lengths)]
+        starts, pieces, at, size = [], [], 0, self._seq_len
+        for n in lengths:
+            for offset in range(0, n, size):
+                starts.append(at + offset)
+                pieces.append(min(size, n - offset))
+            at += n
+        return starts, pieces
 
     def plan(self, position: Position) -> tuple[StepPlan, Position]:
         """Raises EndOfData when the batch cannot be completed within `num_epochs`."""
@@ -174,28 +182,30 @@ class Planner:
                 source = min(range(len(weights)), key=lambda k: tokens[k] / weights[k])
                 record = self.record_of(source, finished[source])
                 starts, lengths = self._pieces(self._lengths[source].documents(record))
-                tokens[source] += int(lengths.sum())
+                tokens[source] += sum(lengths)
                 placed = 0
             else:
                 record = self.record_of(source, finished[source])
                 starts, lengths = self._pieces(self._lengths[source].documents(record))
             if self._packing == "concat":
-                take = min(need - have, int(lengths[0]) - placed)
+                take = min(need - have, lengths[0] - placed)
                 out.append((source, record, placed, take, have, 0))
                 placed += take
                 have += take
                 full = have == need
-                done = placed == int(lengths[0])
+                done = placed == lengths[0]
             else:
                 full = False
                 for j in range(placed, len(lengths)):
-                    n = int(lengths[j])
-                    row = next((r for r in range(rows) if room[r] >= n), None)
-                    if row is None:
+                    n = lengths[j]
+                    for row in range(rows):  # first fit
+                        if room[row] >= n:
+                            break
+                    else:
                         full = True
                         break
                     count[row] += 1
-                    out.append((source, record, int(starts[j]), n, row * width + width - room[row], count[row]))
+                    out.append((source, record, starts[j], n, row * width + width - room[row], count[row]))
                     room[row] -= n
                     placed = j + 1
                 done = placed == len(lengths)

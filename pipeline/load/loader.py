@@ -39,6 +39,11 @@ _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 _WORKER_BUFFER = 4
 _POSITION = "_position"  # travels with each batch from the worker that made it; popped before use
 _FOREVER = 2**62  # steps of a plan without num_epochs
+# A prefetch worker hands over a window of consecutive batches at once, about this many tokens:
+# each hand-off costs shared-memory blocks and a queue round trip, which one batch of a small
+# model would not amortize. Batches do not depend on it.
+_WINDOW_TOKENS = 2**18
+_MAX_WINDOW = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,10 +261,8 @@ class _HostRows:
         mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
         dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
         records: dict[tuple[int, int], np.ndarray] = {}
-        for source in np.unique(mine.source).tolist():
-            ids = sorted(set(mine.record[mine.source == source].tolist()))
-            for record, data in zip(ids, self._sources[source].__getitems__(ids)):
-                records[source, record] = np.frombuffer(data, dtype)
+        for key in set(zip(mine.source.tolist(), mine.record.tolist())):
+            records[key] = np.frombuffer(self._sources[key[0]][key[1]], dtype)
         config, count = self._config, len(self._manifests)
         if config.packing == "concat":
             return concat_rows(mine, records, rows=self.rows, width=planner.width, source_count=count), after
@@ -267,29 +270,37 @@ class _HostRows:
         return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, eot_id=eot, source_count=count), after
 
 
-class _Steps(grain.MapDataset):
-    """Element `j`: this host's rows of the batch at step `start.step + j`, with the position after
-    it under `_POSITION`. Read in order, each reader walks the plan once."""
+class _Windows(grain.MapDataset):
+    """Element `j`: this host's rows of the batches at steps `start.step + j * window` onwards
+    (`window` of them, fewer at the end of `steps`), stacked, with the position after each under
+    `_POSITION`. Read in order, each reader walks the plan once."""
 
-    def __init__(self, host: _HostRows, start: Position, length: int):
+    def __init__(self, host: _HostRows, start: Position, steps: int):
         super().__init__()
         self._host = host
         self._start = start
-        self._length = length
+        self._steps = steps
+        self._window = max(1, min(_MAX_WINDOW, _WINDOW_TOKENS // (host.rows * host.planner.width)))
 
     def __len__(self) -> int:
-        return self._length
+        return -(-self._steps // self._window)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
-        position = self._host.position_before(self._start, self._start.step + index)
-        batch, after = self._host.batch(position)
-        batch[_POSITION] = np.array(after.to_list(), np.int64)
-        return batch
+        first = index * self._window
+        position = self._host.position_before(self._start, self._start.step + first)
+        batches, positions = [], []
+        for _ in range(min(self._window, self._steps - first)):
+            batch, position = self._host.batch(position)
+            batches.append(batch)
+            positions.append(position.to_list())
+        window = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
+        window[_POSITION] = np.array(positions, np.int64)
+        return window
 
     def __str__(self) -> str:
-        return f"Steps(from step {self._start.step})"
+        return f"Windows(from step {self._start.step}, {self._window} steps each)"
 
 
 class HostBatchIterDataset(grain.IterDataset):
@@ -320,10 +331,11 @@ class _HostBatchIterator(grain.DatasetIterator):
         self._worker_count = worker_count
         self._position = start
         self._reader: grain.DatasetIterator | None = None
+        self._window: dict[str, np.ndarray] = {}
+        self._next_in_window = 0
 
     def _open(self) -> grain.DatasetIterator:
-        steps = _Steps(self._host, self._position, self._host.steps(self._position))
-        ds = steps.to_iter_dataset(_READ_OPTIONS)
+        ds = _Windows(self._host, self._position, self._host.steps(self._position)).to_iter_dataset(_READ_OPTIONS)
         if self._worker_count:
             _allow_unparsed_absl_flags()
             ds = ds.mp_prefetch(
@@ -334,9 +346,12 @@ class _HostBatchIterator(grain.DatasetIterator):
     def __next__(self) -> dict[str, np.ndarray]:
         if self._reader is None:
             self._reader = self._open()
-        batch = next(self._reader)
-        self._position = Position.from_list(batch.pop(_POSITION))
-        return batch
+        if self._next_in_window == len(self._window.get(_POSITION, ())):
+            self._window, self._next_in_window = next(self._reader), 0
+        k = self._next_in_window
+        self._next_in_window += 1
+        self._position = Position.from_list(self._window[_POSITION][k])
+        return {name: array[k] for name, array in self._window.items() if name != _POSITION}
 
     def get_state(self) -> dict[str, Any]:
         return {"position": self._position.to_list()}
@@ -349,6 +364,7 @@ class _HostBatchIterator(grain.DatasetIterator):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        self._window, self._next_in_window = {}, 0
 
     def close(self) -> None:
         self._close_reader()
