@@ -45,12 +45,14 @@ def synthetic_documents(total_tokens: int, mean_length: int, seed: int) -> list[
     return np.split(tokens, np.cumsum(lengths)[:-1])
 
 
-def timed(next_batch: Callable[[], int], seconds: float, warmup: float = 4.0) -> float:
+def timed(next_batch: Callable[[], int], seconds: float, warmup: float = 2.0) -> float:
     """Tokens per second of `next_batch` (returns the tokens it made) over about `seconds`.
 
-    The first `warmup` seconds are not counted: they hold the prefetch workers' start (a spawned
-    interpreter importing Grain each) and the first reads.
+    The first batch and the `warmup` seconds after it are not counted: they hold the prefetch
+    workers' start (a spawned interpreter importing Grain each, seconds on a loaded machine) and
+    the first reads.
     """
+    next_batch()
     start = time.perf_counter()
     while time.perf_counter() - start < warmup:
         next_batch()

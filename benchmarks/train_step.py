@@ -15,9 +15,10 @@ noise hits both alike.
 
 `--real-batches` measures whether the loader stalls the step: our minigpt step fed the loader's
 batches (document packing, a two-source mixture, 2 prefetch workers, on synthetic prepared data)
-against the same step fed one constant batch, in alternating rounds of the same run. A round is
-longer than the workers' read-ahead (2 x 4 batches), so real rounds cannot live off batches
-buffered during a constant round. The goal is a ratio within 5%.
+against the same step fed one constant batch, in alternating rounds of the same run. Real rounds
+pay everything the loader costs the training process: receiving the workers' batches, the host
+to device copy of every batch, and the CPU the workers take from the step. The goal is a ratio
+within 5%.
 """
 
 from __future__ import annotations
