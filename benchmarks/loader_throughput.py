@@ -7,12 +7,10 @@ handling, just random slices of one flat file that the page cache holds. It is m
 before each reader, and each ratio is against that measurement, so that a load that drifts during
 the run (other work on a shared machine) skews the ratios less. The loader's goal is half
 of it or more with 2 prefetch workers, for both packings; `--check` exits non-zero when either
-falls short on either corpus.
+falls short on either corpus. The loader's lengths index is built (one scan of the corpus, then
+cached) before anything is timed: a training run pays it once per machine and corpus.
 
-Grain's own packers (`ConcatThenSplitIterDataset`, `FirstFitPackIterDataset`) are measured on the
-loader's chunk stream for comparison (pipeline/load/grain_packing.py); `--no-grain` skips them.
-
-    python benchmarks/loader_throughput.py [--tokens 20000000] [--seconds 3] [--check] [--no-grain]
+    python benchmarks/loader_throughput.py [--tokens 20000000] [--seconds 3] [--check]
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ from collections.abc import Callable
 import grain
 import numpy as np
 
-from pipeline.load.grain_packing import grain_concat_then_split, grain_first_fit
-from pipeline.load.loader import LoaderConfig, make_chunks, make_iterator
+from pipeline.load.loader import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 SEQ_LEN = 1024
@@ -48,12 +45,14 @@ def synthetic_documents(total_tokens: int, mean_length: int, seed: int) -> list[
     return np.split(tokens, np.cumsum(lengths)[:-1])
 
 
-def timed(next_batch: Callable[[], int], seconds: float, warmup: float = 4.0) -> float:
+def timed(next_batch: Callable[[], int], seconds: float, warmup: float = 2.0) -> float:
     """Tokens per second of `next_batch` (returns the tokens it made) over about `seconds`.
 
-    The first `warmup` seconds are not counted: they hold the prefetch workers' start (a spawned
-    interpreter importing Grain each) and the first reads.
+    The first batch and the `warmup` seconds after it are not counted: they hold the prefetch
+    workers' start (a spawned interpreter importing Grain each, seconds on a loaded machine) and
+    the first reads.
     """
+    next_batch()
     start = time.perf_counter()
     while time.perf_counter() - start < warmup:
         next_batch()
@@ -89,29 +88,14 @@ def config(data_dir: str, *, packing: str, workers: int) -> LoaderConfig:
     )
 
 
-def readers(data_dir: str, workers: int, with_grain: bool) -> dict[str, Callable[[], grain.DatasetIterator]]:
+def readers(data_dir: str, workers: int) -> dict[str, Callable[[], grain.DatasetIterator]]:
     """Name -> a function opening that reader's batch iterator."""
-    found = {
+    return {
         f"loader {packing}, {workers} workers": lambda packing=packing: make_iterator(
             config(data_dir, packing=packing, workers=workers)
         )
         for packing in ("concat", "document")
     }
-    if with_grain:
-        found[f"grain concat-then-split, {workers} workers"] = lambda: iter(
-            grain_concat_then_split(
-                make_chunks(config(data_dir, packing="concat", workers=workers)), rows=GLOBAL_BATCH, seq_len=SEQ_LEN
-            )
-        )
-        found[f"grain first-fit, {workers} workers"] = lambda: iter(
-            grain_first_fit(
-                make_chunks(config(data_dir, packing="document", workers=workers)),
-                rows=GLOBAL_BATCH,
-                seq_len=SEQ_LEN,
-                eot_id=EOT_ID,
-            )
-        )
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=20_000_000, help="tokens per corpus")
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per row")
     parser.add_argument("--check", action="store_true", help=f"exit 1 unless both packings reach {GOAL} of memmap")
-    parser.add_argument("--no-grain", dest="grain", action="store_false", help="skip Grain's packers")
     args = parser.parse_args(argv)
     # Imported here and not at the top: spawned prefetch workers re-import this module, and the
     # writer (the same record layout and shard writer as `prepare`) pulls in Beam.
@@ -141,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             flat = os.path.join(tmp, f"corpus{c}.bin")
             np.concatenate(read_records(data_dir, read_manifest(data_dir), "train")).astype(np.uint16).tofile(flat)
             memmap = memmap_windows(flat, seed=c)
+            warm = make_iterator(config(data_dir, packing="concat", workers=0))
+            next(warm)  # builds the lengths index
+            warm.close()
             for workers in (0, CHECKED_WORKERS):
-                for reader, open_reader in readers(data_dir, workers, args.grain).items():
+                for reader, open_reader in readers(data_dir, workers).items():
                     # The reference is measured right before each reader: the machine's load drifts.
                     baseline = timed(memmap, args.seconds, warmup=0.5)
                     iterator = open_reader()

@@ -11,6 +11,14 @@ noise hits both alike.
 
     python benchmarks/train_step.py [--batch-size 8] [--rounds 5] [--steps-per-round 5]
     python benchmarks/train_step.py --mfu [--batch-size 16]   # the gpt2 preset's MFU (GPU)
+    python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] [--steps-per-round 20]
+
+`--real-batches` measures whether the loader stalls the step: our minigpt step fed the loader's
+batches (document packing, a two-source mixture, 2 prefetch workers, on synthetic prepared data)
+against the same step fed one constant batch, in alternating rounds of the same run. Real rounds
+pay everything the loader costs the training process: receiving the workers' batches, the host
+to device copy of every batch, and the CPU the workers take from the step. The goal is a ratio
+within 5%.
 """
 
 from __future__ import annotations
@@ -182,17 +190,86 @@ def mfu(batch_size: int, rounds: int, steps_per_round: int) -> None:
         print("MFU: no peak FLOP/s known for this device")
 
 
+def _mixture(tmp: str, tokens: int) -> tuple:
+    """Two synthetic prepared sources (~200- and ~5k-token documents), as a 0.7 / 0.3 mixture."""
+    from pipeline.load.data_spec import DataSource
+    from pipeline.prepare.synthetic import write_prepared
+
+    sources = []
+    for k, (name, mean, weight) in enumerate((("short", 200, 0.7), ("long", 5000, 0.3))):
+        rng = np.random.default_rng(k)
+        lengths = np.maximum(1, rng.exponential(mean, tokens // mean + 1).astype(np.int64))
+        flat = rng.integers(0, VOCAB - 1, int(lengths.sum()), dtype=np.uint16)
+        path = os.path.join(tmp, name)
+        write_prepared(path, {"train": np.split(flat, np.cumsum(lengths)[:-1])}, n_vocab=VOCAB, eot_id=VOCAB - 1,
+                       record_tokens=8192, num_shards=4)
+        sources.append(DataSource(name, path, weight))
+    return tuple(sources)
+
+
+def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: int = 2) -> None:
+    """Steps fed by the loader against steps fed a constant batch (see the module's docstring)."""
+    import tempfile
+
+    from pipeline.load import SOURCE_TOKENS, LoaderConfig, make_iterator
+
+    mesh = make_mesh(())
+    config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size,
+                         packing="document")
+    model, optimizer = build(config, mesh)
+    key = jax.random.key(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        loader = LoaderConfig(_mixture(tmp, 3_000_000), seq_len=MAXLEN, global_batch_size=batch_size,
+                              packing="document", worker_count=workers, shard_index=0, shard_count=1)
+        iterator = make_iterator(loader)
+
+        def host_batch() -> dict:
+            batch = next(iterator)
+            batch.pop(SOURCE_TOKENS)
+            return batch
+
+        with jax.set_mesh(mesh):
+            constant = global_batch(host_batch(), mesh)
+
+            def real_step():
+                return train_step(model, optimizer, global_batch(host_batch(), mesh), key)["loss"]
+
+            def constant_step():
+                return train_step(model, optimizer, constant, key)["loss"]
+
+            for _ in range(steps_per_round):  # compile, start the workers, fill their read-ahead
+                jax.block_until_ready(real_step())
+            jax.block_until_ready(constant_step())
+            real_times: list[float] = []
+            constant_times: list[float] = []
+            for _ in range(rounds):
+                _timed(real_step, steps_per_round, real_times)
+                _timed(constant_step, steps_per_round, constant_times)
+        iterator.close()
+    real_s, constant_s = statistics.median(real_times), statistics.median(constant_times)
+    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, minigpt, batch {batch_size} "
+          f"x {MAXLEN}, document packing, two-source mixture, {workers} prefetch workers, "
+          f"median of {rounds} rounds of {steps_per_round} steps")
+    print(f"{'step fed':34} {'ms/step':>9}")
+    print(f"{'a constant batch':34} {constant_s * 1e3:>9.1f}")
+    print(f"{'the loader':34} {real_s * 1e3:>9.1f}")
+    print(f"real / constant: {real_s / constant_s:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps-per-round", type=int, default=5)
+    parser.add_argument("--steps-per-round", type=int, default=None, help="default: 5, or 20 with --real-batches")
     parser.add_argument("--mfu", action="store_true", help="measure the gpt2 preset's MFU instead")
+    parser.add_argument("--real-batches", action="store_true", help="the step fed the loader vs a constant batch")
     args = parser.parse_args()
-    if args.mfu:
-        mfu(args.batch_size or 16, args.rounds, args.steps_per_round)
+    if args.real_batches:
+        real_batches(args.batch_size or 8, args.rounds, args.steps_per_round or 20)
+    elif args.mfu:
+        mfu(args.batch_size or 16, args.rounds, args.steps_per_round or 5)
     else:
-        compare(args.batch_size or 8, args.rounds, args.steps_per_round)
+        compare(args.batch_size or 8, args.rounds, args.steps_per_round or 5)
 
 
 if __name__ == "__main__":

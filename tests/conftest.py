@@ -17,6 +17,16 @@ from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
 from pipeline.prepare import launcher  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 
+@pytest.fixture(scope="session", autouse=True)
+def index_cache(tmp_path_factory) -> str:
+    """The loader's lengths cache in a temporary directory, for this process and those it starts."""
+    from pipeline.load.lengths import CACHE_ENV
+
+    path = str(tmp_path_factory.mktemp("lengths"))
+    os.environ[CACHE_ENV] = path
+    return path
+
+
 # Fixtures shared by several modules: the hub stand-in, the clean worker environment.
 pytest_plugins = ("hub_standin", "worker_venv")
 

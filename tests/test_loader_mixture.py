@@ -12,7 +12,7 @@ from test_loader import assert_same, take
 from pipeline.load.batches import main as batches_main
 from pipeline.load.data_spec import DataSource, parse_data_spec
 from pipeline.load.loader import LoaderConfig, LoaderError, make_dataset, make_iterator, open_prepared
-from pipeline.load.packing import SOURCE_TOKENS
+from pipeline.load.rows import SOURCE_TOKENS
 
 N_VOCAB = 2**20
 # Token ids tell the source: web from 2, books from BOOKS_FIRST.
@@ -71,8 +71,7 @@ def test_an_epoch_realizes_the_token_shares_and_counts_them_per_batch(sources, p
     # Records of books hold ~2.6x the tokens of web's: record shares of 0.7/0.3 would give books ~0.5.
     assert abs(shares[0] - 0.7) < 0.01 and abs(shares[1] - 0.3) < 0.01, shares
     # One epoch: the source that runs out first (books) is read once, all of it but the dropped
-    # tail and at most one record (Grain rounds the epoch length down), and no token of either
-    # source twice.
+    # tail, and no token of either source twice.
     targets = np.concatenate([b["targets"][real(b)] for b in batches])
     words = targets[targets != EOT_ID]
     assert len(np.unique(words)) == len(words)
@@ -101,6 +100,30 @@ def test_restore_mid_mixture_continues_exactly_with_any_worker_count(sources):
         assert_same(take(two, 19), reference[11:])
     finally:
         two.close()
+
+
+def test_stages_change_the_realized_shares_at_their_step_and_resume_exactly(sources, tmp_path):
+    spec = tmp_path / "staged.json"
+    spec.write_text(json.dumps({
+        "web": {"path": sources["web"], "weight": 0.8, "stages": {"40": 0.2}},
+        "books": {"path": sources["books"], "weight": 0.2, "stages": {"40": 0.8}},
+    }))
+    data = parse_data_spec(str(spec))
+    assert data[0].stages == ((40, 0.2),) and data[0].weight_at(39) == 0.8 and data[0].weight_at(40) == 0.2
+    cfg = config(data, packing="document", global_batch_size=8)
+    states, batches = [], []
+    it = make_iterator(cfg)
+    for _ in range(80):
+        states.append(json.loads(json.dumps(it.get_state())))
+        batches.append(next(it))
+    it.close()
+    for stage, weights in ((range(2, 40), (0.8, 0.2)), (range(42, 80), (0.2, 0.8))):
+        tokens = np.sum([batches[i][SOURCE_TOKENS] for i in stage], axis=0)
+        np.testing.assert_allclose(tokens / tokens.sum(), weights, atol=0.03)
+    restored = make_iterator(cfg)
+    restored.set_state(states[50])  # mid-stage
+    assert_same(take(restored, 10), batches[50:60])
+    restored.close()
 
 
 def test_a_mixture_of_one_is_the_plain_directory(sources):
@@ -169,6 +192,9 @@ def test_bad_data_specs_are_refused(spec, message):
         ('{"web": {"path": "w"}}', "source 'web' must be"),
         ('{"web": {"path": "w", "weight": 1, "extra": 2}}', "source 'web' must be"),
         ('{"web": {"path": "w", "weight": "heavy"}}', "weight of source 'web' must be a number"),
+        ('{"web": {"path": "w", "weight": 1, "stages": {"soon": 2}}}', "stages of source 'web' must be"),
+        ('{"web": {"path": "w", "weight": 1, "stages": {"0": 2}}}', "must start at distinct positive steps"),
+        ('{"web": {"path": "w", "weight": 1, "stages": {"9": 0}}}', "must be a positive number"),
     ],
 )
 def test_bad_data_spec_files_are_refused(tmp_path, content, message):

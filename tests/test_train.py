@@ -160,3 +160,26 @@ def test_two_processes_train_one_model_from_their_own_parts(stories_dataset, tmp
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, 7))
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f)["batch_size"] == 4
+
+
+def test_a_resume_on_other_data_is_refused_naming_the_source(stories_dataset, tmp_path):
+    data = str(tmp_path / "data")
+    shutil.copytree(stories_dataset, data)
+    workdir = str(tmp_path / "run")
+    train(_config(data, workdir, steps=3, checkpoint_every=3))
+    # As if the directory were prepared again under the same path: same shards, another manifest.
+    path = os.path.join(data, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["skipped"] = {**manifest["skipped"], "empty": manifest["skipped"].get("empty", 0) + 1}
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+    with pytest.raises(ValueError, match="source .data. is not the data the checkpoint at step 3 was trained on"):
+        train(_config(data, workdir, steps=4, decay_steps=3))
+
+
+def test_eval_batches_0_turns_evaluation_off(stories_dataset, tmp_path):
+    workdir = str(tmp_path / "run")
+    result = train(_config(stories_dataset, workdir, steps=3, eval_every=1, eval_batches=0))
+    assert result["step"] == 3 and "eval_loss" not in result
+    assert _losses(workdir)[1] == []

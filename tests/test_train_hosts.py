@@ -15,8 +15,9 @@ import pytest
 
 from train.host_batches import (
     FedBatches,
+    batch_digest,
     check_shards_agree,
-    join_host_batches,
+    row_digests,
     sum_over_groups,
 )
 from train.mesh import HostShards, data_positions
@@ -62,12 +63,21 @@ def test_counts_add_up_once_per_group():
     np.testing.assert_array_equal(sum_over_groups([0, 0, 2, 2], counts), [11, 22])
 
 
-def test_a_process_with_several_shards_joins_their_rows_in_order():
-    a = {"inputs": np.zeros((2, 3), np.int32), "source_tokens": np.array([4, 2])}
-    b = {"inputs": np.ones((2, 3), np.int32), "source_tokens": np.array([1, 5])}
-    joined = join_host_batches((a, b))
-    np.testing.assert_array_equal(joined["inputs"], np.repeat([0, 1], 6).reshape(4, 3))
-    np.testing.assert_array_equal(joined["source_tokens"], [5, 7])
+@pytest.mark.parametrize("indices, count, rows", [((0,), 1, (0, 1)), ((2, 3), 4, (1, 2)), ((1,), 4, (1, 4))])
+def test_a_process_feeds_one_aligned_run_of_rows(indices, count, rows):
+    assert HostShards(indices, count).rows == rows
+
+
+def test_scattered_positions_are_refused():
+    with pytest.raises(ValueError, match="not one aligned run"):
+        HostShards((1, 2), 4).rows
+
+
+def test_the_batch_digest_does_not_depend_on_which_process_held_which_rows():
+    rows = np.arange(8, dtype="<i8")
+    whole = batch_digest([0], rows[None])
+    assert batch_digest([4, 0], np.stack([rows[4:], rows[:4]])) == whole
+    assert batch_digest([0, 2, 0, 2], np.stack([rows[:2], rows[2:4]] * 2)[:, :2]) != whole  # rows 4..7 missing
 
 
 def test_one_process_gathers_exact_int64_and_its_own_counts():
@@ -76,7 +86,9 @@ def test_one_process_gathers_exact_int64_and_its_own_counts():
     fed = FedBatches(HostShards((0, 1), 2), num_sources=2)
     fed.add({"inputs": np.zeros((2, 4), np.int32)}, np.array([3, 5]))
     fed.add({"inputs": np.ones((2, 4), np.int32)}, np.array([1, 1]))
-    np.testing.assert_array_equal(fed.reconcile(step=2), [4, 6])
+    tokens, digest = fed.reconcile(step=2)
+    np.testing.assert_array_equal(tokens, [4, 6])
+    assert digest == batch_digest([0], row_digests({"inputs": np.ones((2, 4), np.int32)})[None])
     with pytest.raises(ValueError, match="no good"):
         agreed(lambda: (_ for _ in ()).throw(ValueError("no good")))
 
@@ -193,22 +205,52 @@ def test_a_resume_refused_on_one_process_stops_all(stories_dataset, tmp_path):
         assert json.load(f)["steps"] == 3
 
 
+def _one_process(workdir: str, data: str, devices: int, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    return subprocess.run([sys.executable, *_train_args(data, workdir, *extra)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _fed(workdir: str) -> tuple[list[str], list[float]]:
+    """Each step's global-batch digest and loss."""
+    rows = [r for r in read_rows(os.path.join(workdir, METRICS_NAME)) if "loss" in r]
+    return [r["batch_sha256"] for r in rows], [r["loss"] for r in rows]
+
+
 @pytest.mark.slow
-def test_a_resume_onto_another_data_axis_is_refused(stories_dataset, tmp_path):
-    workdir = str(tmp_path / "run")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+def test_one_device_eight_devices_and_two_processes_train_on_the_same_batches(stories_dataset, tmp_path):
+    runs = {
+        "one": _one_process(str(tmp_path / "one"), stories_dataset, 1, "--packing", "document"),
+        "eight": _one_process(str(tmp_path / "eight"), stories_dataset, 8, "--packing", "document",
+                              "--mesh", "data=4,model=2"),
+    }
+    two = _two_processes([_train_args(stories_dataset, str(tmp_path / "two"), "--packing", "document",
+                                      "--mesh", "data=2")] * 2)
+    for name, r in [*runs.items(), ("two", two[0]), ("two", two[1])]:
+        assert r.returncode == 0, (name, r.stderr[-3000:])
+    digests, losses = _fed(str(tmp_path / "one"))
+    assert len(digests) == 6
+    for name in ("eight", "two"):
+        other_digests, other_losses = _fed(str(tmp_path / name))
+        assert other_digests == digests, name
+        np.testing.assert_allclose(other_losses, losses, rtol=1e-5)
 
-    def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *_train_args(stories_dataset, workdir, *extra)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)
 
-    first = run("--steps", "3", "--mesh", "data=2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    refused = run("--mesh", "model=2")
-    assert refused.returncode == 1
-    assert refused.stderr.strip().splitlines()[-1] == (
-        "train: error: the checkpoint at step 3 holds the loader's position for a data axis of 2, and this "
-        "mesh's has 1; resume with a --mesh whose data axis is 2"
-    )
-    # The saved data axis resumes.
-    assert run("--mesh", "data=2").returncode == 0
+@pytest.mark.slow
+def test_a_run_saved_on_two_processes_resumes_on_four_devices_and_on_one_with_the_same_batches(
+    stories_dataset, tmp_path
+):
+    reference = str(tmp_path / "uninterrupted")
+    assert _one_process(reference, stories_dataset, 1).returncode == 0
+    digests, losses = _fed(reference)
+    for devices, mesh in ((4, "data=4"), (1, "data=1")):
+        workdir = str(tmp_path / f"resumed-{devices}")
+        # --decay-steps keeps the uninterrupted run's learning-rate schedule.
+        first = _two_processes([_train_args(stories_dataset, workdir, "--steps", "3", "--decay-steps", "6",
+                                            "--mesh", "data=2")] * 2)
+        assert [r.returncode for r in first] == [0, 0], first[0].stderr[-3000:]
+        resumed = _one_process(workdir, stories_dataset, devices, "--mesh", mesh)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        resumed_digests, resumed_losses = _fed(workdir)
+        assert resumed_digests == digests
+        np.testing.assert_allclose(resumed_losses, losses, rtol=2e-3)

@@ -55,7 +55,7 @@ def _train_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     add("--checkpoint-every", "default: 200", type=int)
     add("--keep-checkpoints", "default: 3", type=int)
     add("--eval-every", "default: 200", type=int)
-    add("--eval-batches", "validation batches per eval (default: 8)", type=int)
+    add("--eval-batches", "validation batches per eval, 0 for none (default: 8)", type=int)
     add("--log-every", "default: 1", type=int)
     add("--loader-workers", "prefetch processes of the loader (default: 0)", type=int)
     p.add_argument("--coordinator", default=None, help="multi-host: host:port of process 0")

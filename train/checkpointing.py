@@ -1,18 +1,60 @@
-"""Orbax checkpoints of model, optimizer (its step included), the loader's position and what the
-position means: the number of data shards it is for and, for a mixture, the target tokens each
-source has given so far."""
+"""Orbax checkpoints of model, optimizer (its step included), the loader's position, and the feed:
+the data it is a position in (each source's manifest digest) and, for a mixture, the target tokens
+each source has given so far.
+
+Model and optimizer restore onto whatever shardings the new mesh gives them (Orbax reshards), and
+the loader's position is global (the same on every process), so a run resumes on any mesh and any
+number of processes whose data axis divides the global batch.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+from typing import Any
 
 import grain
+import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 
 from model.gpt import GPT
 
 CHECKPOINT_DIR = "checkpoints"
+
+
+class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
+    """Grain's iterator handler, restoring on another number of processes too.
+
+    Grain keeps one file per process, named by the process index and count. Every process of a run
+    saves the same global position, so a process whose own file is missing (the run was saved on
+    another number of processes) restores process 0's.
+    """
+
+    def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
+        item = item or args.item
+        own = directory / f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+        if own.exists():
+            return super().restore(directory, item=item)
+        saved = sorted(directory.glob("process_0-of-*.json"))
+        if not saved:
+            raise ValueError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+        item.set_state(json.loads(saved[0].read_text()))
+        return item
+
+
+@ocp.args.register_with_handler(_AnyTopologyHandler, for_save=True)
+@dataclasses.dataclass
+class _PositionSave(ocp.args.CheckpointArgs):
+    item: Any
+
+
+@ocp.args.register_with_handler(_AnyTopologyHandler, for_restore=True)
+@dataclasses.dataclass
+class _PositionRestore(ocp.args.CheckpointArgs):
+    item: Any
 
 
 class Checkpointer:
@@ -39,26 +81,27 @@ class Checkpointer:
     ) -> bool:
         items = {
             "state": ocp.args.StandardSave({"model": nnx.state(model), "optimizer": nnx.state(optimizer)}),
-            "data": grain.checkpoint.CheckpointSave(iterator),
+            "data": _PositionSave(iterator),
             "feed": ocp.args.JsonSave(feed),
         }
         return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
 
     def restore(
-        self, step: int, model: GPT, optimizer: nnx.Optimizer, iterator: grain.DatasetIterator, *, data_shards: int
+        self, step: int, model: GPT, optimizer: nnx.Optimizer, iterator: grain.DatasetIterator, *, data: dict[str, str]
     ) -> dict:
         """Restores in place, onto the shardings the freshly built model and optimizer already have;
-        returns the saved feed. The loader's position is per data shard: it restores only onto a mesh
-        whose data axis has as many."""
+        returns the saved feed. Refuses a checkpoint of other `data` (source name -> manifest digest):
+        its position would index another stream of records."""
         feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
-        if feed["data_shards"] != data_shards:
-            raise ValueError(
-                f"the checkpoint at step {step} holds the loader's position for a data axis of {feed['data_shards']}, "
-                f"and this mesh's has {data_shards}; resume with a --mesh whose data axis is {feed['data_shards']}"
-            )
+        for name, digest in data.items():
+            if feed["data"].get(name) != digest:
+                raise ValueError(
+                    f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
+                    f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
+                )
         items = {
             "state": ocp.args.StandardRestore({"model": nnx.state(model), "optimizer": nnx.state(optimizer)}),
-            "data": grain.checkpoint.CheckpointRestore(iterator),
+            "data": _PositionRestore(iterator),
         }
         restored = self._manager.restore(step, args=ocp.args.Composite(**items))
         nnx.update(model, restored["state"]["model"])

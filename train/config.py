@@ -52,6 +52,8 @@ class TrainConfig:
                 f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
                 "lower --seq-len or choose a larger preset"
             )
+        if self.eval_batches < 0:
+            raise ValueError(f"eval_batches must be non-negative, 0 to turn evaluation off (got {self.eval_batches=})")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be non-negative (got {self.warmup_steps=})")
         if self.decay_horizon <= self.warmup_steps:
@@ -75,7 +77,9 @@ class TrainConfig:
     def from_json(cls, text: str) -> TrainConfig:
         data = json.loads(text)
         data["model"] = GPTConfig(**data["model"])
-        data["data"] = tuple(DataSource(**source) for source in data["data"])
+        data["data"] = tuple(
+            DataSource(**{**source, "stages": tuple(map(tuple, source.get("stages", ())))}) for source in data["data"]
+        )
         data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
         return cls(**data)
 

@@ -13,19 +13,10 @@ import hashlib
 
 import numpy as np
 
-from pipeline.load import SOURCE_TOKENS
 from train.mesh import HostShards
 from train.processes import gather_int64
 
 _DIGEST_WORDS = 4  # SHA-256 as int64 words
-
-
-def join_host_batches(batches: tuple[dict[str, np.ndarray], ...]) -> dict[str, np.ndarray]:
-    """The batches of a process's shards as one host batch: rows in shard order, source tokens summed."""
-    return {
-        name: sum(b[name] for b in batches) if name == SOURCE_TOKENS else np.concatenate([b[name] for b in batches])
-        for name in batches[0]
-    }
 
 
 def check_shards_agree(groups: list[int], digests: list[bytes], *, step: int) -> None:
@@ -49,27 +40,57 @@ def sum_over_groups(groups: list[int], counts: np.ndarray) -> np.ndarray:
     return counts[sorted(first.values())].sum(axis=0)
 
 
+def row_digests(host_batch: dict[str, np.ndarray]) -> np.ndarray:
+    """int64 [rows]: the first 8 bytes of each row's SHA-256 over every array, by name."""
+    rows = len(next(iter(host_batch.values())))
+    out = np.empty(rows, "<i8")
+    for r in range(rows):
+        h = hashlib.sha256()
+        for name in sorted(host_batch):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(host_batch[name][r]).tobytes())
+        out[r] = np.frombuffer(h.digest()[:8], "<i8")[0]
+    return out
+
+
+def batch_digest(first_rows: list[int], digests: np.ndarray) -> str:
+    """SHA-256 of the global batch's row digests in row order: the same whichever processes held
+    which rows (`digests[p]` are process `p`'s rows from row `first_rows[p]`)."""
+    by_row = {}
+    for first, rows in zip(first_rows, digests):
+        for offset, digest in enumerate(rows):
+            by_row[first + offset] = int(digest)
+    return hashlib.sha256(np.array([by_row[r] for r in sorted(by_row)], "<i8").tobytes()).hexdigest()
+
+
 class FedBatches:
-    """This process's host batches since the run (re)started: a running digest, and the target
-    tokens per data source (a mixture's `source_tokens`)."""
+    """This process's host batches since the run (re)started: a running digest, the target tokens
+    per data source (a mixture's `source_tokens`), and the row digests of the latest batch."""
 
     def __init__(self, shards: HostShards, num_sources: int):
         self.group = shards.indices[0]  # position sets are equal or disjoint: the first one names it
+        self._positions = len(shards.indices)
         self._digest = hashlib.sha256()
         self._source_tokens = np.zeros(num_sources, np.int64)
+        self._latest = np.zeros(0, "<i8")
 
     def add(self, host_batch: dict[str, np.ndarray], source_tokens: np.ndarray | None = None) -> None:
         for name in sorted(host_batch):
             self._digest.update(name.encode())
             self._digest.update(np.ascontiguousarray(host_batch[name]).tobytes())
+        self._latest = row_digests(host_batch)
         if source_tokens is not None:
             self._source_tokens += source_tokens
 
-    def reconcile(self, step: int) -> np.ndarray:
+    def reconcile(self, step: int) -> tuple[np.ndarray, str]:
         """Checks every shard's processes fed the same batches; returns the global target tokens per
-        source since the run (re)started. A collective: all processes call it at the same step."""
+        source since the run (re)started, and the digest of the latest global batch (`batch_digest`).
+        A collective: all processes call it at the same step."""
         words = np.frombuffer(self._digest.digest()[: 8 * _DIGEST_WORDS], dtype="<i8")
-        rows = gather_int64(np.concatenate(([self.group], words, self._source_tokens)))
+        sources = len(self._source_tokens)
+        first_row = self.group * len(self._latest) // self._positions  # rows are split evenly over positions
+        rows = gather_int64(np.concatenate(([self.group, first_row], words, self._source_tokens, self._latest)))
         groups = [int(g) for g in rows[:, 0]]
-        check_shards_agree(groups, [row.tobytes() for row in rows[:, 1 : 1 + _DIGEST_WORDS]], step=step)
-        return sum_over_groups(groups, rows[:, 1 + _DIGEST_WORDS :])
+        check_shards_agree(groups, [row.tobytes() for row in rows[:, 2 : 2 + _DIGEST_WORDS]], step=step)
+        tokens = sum_over_groups(groups, rows[:, 2 + _DIGEST_WORDS : 2 + _DIGEST_WORDS + sources])
+        return tokens, batch_digest([int(f) for f in rows[:, 1]], rows[:, 2 + _DIGEST_WORDS + sources :])

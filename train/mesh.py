@@ -56,6 +56,18 @@ class HostShards:
         if not 0 <= self.indices[0] <= self.indices[-1] < self.count:
             raise ValueError(f"shard indices must be in [0, count) (got {self.indices=}, {self.count=})")
 
+    @property
+    def rows(self) -> tuple[int, int]:
+        """The loader shard (index, count) of the rows this process feeds: its positions must be one
+        aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the batch."""
+        first, size = self.indices[0], len(self.indices)
+        if self.indices != tuple(range(first, first + size)) or first % size or self.count % size:
+            raise ValueError(
+                f"this process feeds data-axis positions {self.indices} of {self.count}, not one aligned run; "
+                "choose --mesh sizes that give each process whole rows of the mesh"
+            )
+        return first // size, self.count // size
+
 
 def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[int, ...]]:
     """Process index -> the data-axis positions of its devices, from the mesh's grid of process indices.

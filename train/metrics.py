@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from pipeline.prepare.progress import LOG_EVERY_FRACTION, LOG_EVERY_SECONDS
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"
@@ -66,3 +72,28 @@ def plot_losses(workdir: str) -> str:
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+class PlainProgress:
+    """Training progress off a terminal: one plain line every 30 seconds or every tenth of the steps,
+    whichever comes first, and at the last step (the cadence of prepare's progress), instead of a
+    bar's carriage-return updates that a log file would keep as one endless line."""
+
+    def __init__(self, *, start: int, total: int, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic):
+        self._total = total
+        self._stream = stream
+        self._clock = clock
+        self._logged_at, self._logged_step = clock(), start
+        self._every = max(1, int(total * LOG_EVERY_FRACTION))
+        self._postfix: dict[str, str] = {}
+
+    def set_postfix(self, postfix: dict[str, str]) -> None:
+        self._postfix = postfix
+
+    def step(self, step: int) -> None:
+        now = self._clock()
+        if step == self._total or now - self._logged_at >= LOG_EVERY_SECONDS or step - self._logged_step >= self._every:
+            fields = " | ".join(f"{name} {value}" for name, value in self._postfix.items())
+            self._stream.write(f"step {step}/{self._total}" + (f" | {fields}" if fields else "") + "\n")
+            self._stream.flush()
+            self._logged_at, self._logged_step = now, step

@@ -23,12 +23,14 @@ def _next_logits(model: GPT, window: jax.Array, position: jax.Array) -> jax.Arra
 
 def generate(
     model: GPT, prompt: list[int], *, max_tokens: int, key: jax.Array, temperature: float, top_k: int | None,
-    vocab_size: int, stop_token: int | None,
+    vocab_size: int, stop_token: int | None, context: int,
 ) -> list[int]:
-    """Ids after `prompt`, sampled one at a time; stops early at `stop_token`."""
+    """Ids after `prompt`, sampled one at a time, each seeing at most the last `context` tokens (the
+    `seq_len` the model was trained on: its positions past that were never trained); stops early
+    at `stop_token`."""
     if not prompt:
         raise ValueError("the prompt must hold at least one token")
-    size = model.config.max_seq_len
+    size = context
     tokens = list(prompt)
     for i in range(max_tokens):
         context = tokens[-size:]
@@ -71,6 +73,7 @@ def sample(
         ids = generate(
             model, bos + tokenizer.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
             temperature=temperature, top_k=top_k, vocab_size=info.n_vocab, stop_token=info.eot_id,
+            context=config.seq_len,
         )
     checkpointer.close()
     return prompt + tokenizer.decode(ids)

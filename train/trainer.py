@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 import time
 
 import grain
@@ -20,11 +21,12 @@ from pipeline.load import (
     make_dataset,
     open_sources,
 )
+from schemas.manifest import Manifest
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
-from train.host_batches import FedBatches, join_host_batches
+from train.host_batches import FedBatches
 from train.mesh import HostShards, global_batch, host_shards, make_mesh
-from train.metrics import MetricsLog, peak_flops, plot_losses
+from train.metrics import MetricsLog, PlainProgress, peak_flops, plot_losses
 from train.processes import agreed, check_same_everywhere
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
 from train.step import eval_step, learning_rate_schedule, make_optimizer, train_step
@@ -42,32 +44,24 @@ def build(config: TrainConfig, mesh: jax.sharding.Mesh) -> tuple[GPT, nnx.Optimi
         return model, make_optimizer(model, config)
 
 
-def _spread(workers: int, parts: int) -> list[int]:
-    """`workers` prefetch processes over `parts` loaders (batches do not depend on where they run)."""
-    return [workers // parts + (i < workers % parts) for i in range(parts)]
-
-
 def host_data(
     config: TrainConfig, split: str, shards: HostShards, *, workers: int, sources: tuple[DataSource, ...] | None = None
 ) -> grain.IterDataset:
-    """This process's batches of `sources` (default: the run's data): one loader per shard it feeds."""
-    parts = [
-        make_dataset(
-            LoaderConfig(
-                sources or config.data,
-                split=split,
-                seq_len=config.seq_len,
-                global_batch_size=config.batch_size,
-                seed=config.seed,
-                packing=config.packing,
-                worker_count=part_workers,
-                shard_index=index,
-                shard_count=shards.count,
-            )
+    """This process's rows of the global batches of `sources` (default: the run's data)."""
+    index, count = shards.rows
+    return make_dataset(
+        LoaderConfig(
+            sources or config.data,
+            split=split,
+            seq_len=config.seq_len,
+            global_batch_size=config.batch_size,
+            seed=config.seed,
+            packing=config.packing,
+            worker_count=workers,
+            shard_index=index,
+            shard_count=count,
         )
-        for index, part_workers in zip(shards.indices, _spread(workers, len(shards.indices)))
-    ]
-    return parts[0] if len(parts) == 1 else grain.experimental.ZipIterDataset(parts).map(join_host_batches)
+    )
 
 
 def eval_totals(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> tuple[float, float]:
@@ -105,8 +99,15 @@ def params_digest(model: GPT) -> str:
     return h.hexdigest()
 
 
+def data_identity(config: TrainConfig, manifests: tuple[Manifest, ...]) -> dict[str, str]:
+    """Each source's name -> SHA-256 of its manifest (which holds every shard's hash): what the
+    loader's saved position is a position in."""
+    return {s.name: hashlib.sha256(m.to_json().encode()).hexdigest() for s, m in zip(config.data, manifests)}
+
+
 @dataclasses.dataclass(frozen=True)
 class _Opened:
+    data: dict[str, str]
     tokenizer: RunTokenizer
     mesh: jax.sharding.Mesh
     shards: HostShards
@@ -133,10 +134,10 @@ def _open(config: TrainConfig) -> _Opened:
     eval_sets = {
         source.name: host_data(config, "validation", shards, workers=0, sources=(source,))
         for source, manifest in zip(config.data, manifests)
-        if "validation" in manifest.totals
+        if "validation" in manifest.totals and config.eval_batches
     }
     iterator = iter(host_data(config, "train", shards, workers=config.loader_workers))
-    return _Opened(tokenizer, mesh, shards, iterator, eval_sets)
+    return _Opened(data_identity(config, manifests), tokenizer, mesh, shards, iterator, eval_sets)
 
 
 def _mixture_log(names: tuple[str, ...], tokens: np.ndarray) -> tuple[dict[str, float], str]:
@@ -168,7 +169,7 @@ def train(config: TrainConfig) -> dict:
     start = checkpointer.latest_step() or 0
     tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
-        feed = checkpointer.restore(start, model, optimizer, iterator, data_shards=opened.shards.count)
+        feed = checkpointer.restore(start, model, optimizer, iterator, data=opened.data)
         tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
     fed = FedBatches(opened.shards, num_sources=len(names))
     source_tokens = tokens_before
@@ -180,8 +181,10 @@ def train(config: TrainConfig) -> dict:
     flops_per_token = config.model.flops_per_token(config.seq_len)
     last = {"step": start}
     clock, clock_step = time.perf_counter(), start
+    terminal = sys.stderr.isatty()
+    plain = PlainProgress(start=start, total=config.steps) if primary and not terminal else None
     with jax.set_mesh(mesh), tqdm(
-        initial=start, total=config.steps, disable=not primary, unit="step", dynamic_ncols=True
+        initial=start, total=config.steps, disable=not (primary and terminal), unit="step", dynamic_ncols=True
     ) as bar:
         for step in range(start + 1, config.steps + 1):
             host_batch = next(iterator)
@@ -191,7 +194,8 @@ def train(config: TrainConfig) -> dict:
             saving = checkpointer.should_save(step) or step == config.steps
             if step == start + 1 or logged or saving:
                 # Before the step computes on, or a checkpoint keeps, a batch the processes disagree on.
-                source_tokens = tokens_before + fed.reconcile(step)
+                fed_tokens, digest = fed.reconcile(step)
+                source_tokens = tokens_before + fed_tokens
             metrics = train_step(model, optimizer, global_batch(host_batch, mesh), jax.random.fold_in(key, step))
             if logged:
                 loss = float(metrics["loss"])  # waits for the step: the timing below is real
@@ -204,6 +208,7 @@ def train(config: TrainConfig) -> dict:
                     "lr": float(schedule(step - 1)),
                     "grad_norm": float(metrics["grad_norm"]),
                     "tokens_per_s": tokens_per_s,
+                    "batch_sha256": digest,
                 }
                 if peak:
                     last["mfu"] = flops_per_token * tokens_per_s / (peak * jax.device_count())
@@ -214,15 +219,19 @@ def train(config: TrainConfig) -> dict:
                 if log:
                     log.write(last)
                 bar.set_postfix(postfix)
+                if plain:
+                    plain.set_postfix(postfix)
             if eval_sets and (step % config.eval_every == 0 or step == config.steps):
                 evals = evaluate(model, eval_sets, config.eval_batches, mesh)
                 last.update(evals)
                 if log:
                     log.write({"step": step, **evals})
                 clock = time.perf_counter()  # evaluation time is not training throughput
-            feed = {"data_shards": opened.shards.count, "source_tokens": dict(zip(names, map(int, source_tokens)))}
+            feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, source_tokens)))}
             checkpointer.save(step, model, optimizer, iterator, feed, force=step == config.steps)
             bar.update(1)
+            if plain:
+                plain.step(step)
     checkpointer.close()
     iterator.close()
     result = dict(last, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),

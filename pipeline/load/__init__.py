@@ -9,13 +9,12 @@ from pipeline.load.loader import (
     PACKINGS,
     LoaderConfig,
     host_batch_size,
-    make_chunks,
     make_dataset,
     make_iterator,
     open_prepared,
     open_sources,
 )
-from pipeline.load.packing import SOURCE_TOKENS
+from pipeline.load.rows import SOURCE_TOKENS
 
 __all__ = [
     "PACKINGS",
@@ -24,7 +23,6 @@ __all__ = [
     "LoaderConfig",
     "LoaderError",
     "host_batch_size",
-    "make_chunks",
     "make_dataset",
     "make_iterator",
     "open_prepared",

@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.load.data_spec import parse_data_spec
 from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
-from pipeline.load.packing import SOURCE_TOKENS
+from pipeline.load.rows import SOURCE_TOKENS
 
 
 def _take(value: str) -> int | None:

@@ -6,6 +6,11 @@ One string, in one of three forms:
     web=0.8:data/web,stories=0.2:gs://b/stories   NAME=WEIGHT:PATH entries, comma-separated
     mix.json                                      {"web": {"path": "data/web", "weight": 0.8}, ...}
 
+A JSON entry may add "stages": {"STEP": WEIGHT, ...}: from training step STEP on, the source's weight
+is WEIGHT (until its next stage); every stage's weights are normalized on their own, so
+`{"web": {..., "weight": 0.8, "stages": {"1000": 0.5}}, "stories": {..., "weight": 0.2}}` trains on
+80% web tokens for 1000 steps, then on 0.5 / 0.7 of them.
+
 A weight is the share of training tokens the source should supply (not of records or documents);
 weights are normalized, so `web=4:...,stories=1:...` is the same mixture as 0.8 and 0.2. A PATH
 is everything after the first ':' following the weight, so `gs://` paths need no quoting. Relative
@@ -40,6 +45,7 @@ class DataSource:
     name: str
     path: str
     weight: float = 1.0
+    stages: tuple[tuple[int, float], ...] = ()  # (first step, weight) of each later stage, in order
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -49,10 +55,20 @@ class DataSource:
             )
         if not self.path:
             raise LoaderError(f"source {self.name!r} has an empty path")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
-            raise LoaderError(f"weight of source {self.name!r} must be a number (got {self.weight!r})")
-        if not (math.isfinite(self.weight) and self.weight > 0):
-            raise LoaderError(f"weight of source {self.name!r} must be a positive number (got {self.weight!r})")
+        for weight in (self.weight, *(w for _, w in self.stages)):
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise LoaderError(f"weight of source {self.name!r} must be a number (got {weight!r})")
+            if not (math.isfinite(weight) and weight > 0):
+                raise LoaderError(f"weight of source {self.name!r} must be a positive number (got {weight!r})")
+        steps = [step for step, _ in self.stages]
+        if steps != sorted(set(steps)) or any(not isinstance(s, int) or s < 1 for s in steps):
+            raise LoaderError(
+                f"stages of source {self.name!r} must start at distinct positive steps, in order (got {steps})"
+            )
+
+    def weight_at(self, step: int) -> float:
+        """The weight in force at training step `step`."""
+        return ([self.weight] + [w for start, w in self.stages if start <= step])[-1]
 
     @classmethod
     def directory(cls, path: str) -> DataSource:
@@ -74,7 +90,7 @@ def check_names(sources: Iterable[DataSource]) -> None:
 
 
 def parse_data_spec(text: str) -> tuple[DataSource, ...]:
-    """The sources a data spec names, in its order, with weights summing to 1."""
+    """The sources a data spec names, in its order, with weights summing to 1 (unless staged)."""
     text = text.strip()
     if not text:
         raise LoaderError(f"empty data spec; give {_FORMS}")
@@ -85,6 +101,8 @@ def parse_data_spec(text: str) -> tuple[DataSource, ...]:
     else:
         return (DataSource.directory(text),)
     check_names(sources)
+    if any(s.stages for s in sources):
+        return tuple(sources)  # every stage is normalized where it is used (`mixture_stages`)
     total = sum(s.weight for s in sources)
     return tuple(dataclasses.replace(s, weight=s.weight / total) for s in sources)
 
@@ -114,9 +132,14 @@ def _json_sources(spec_path: str) -> list[DataSource]:
         raise LoaderError(f'data spec file {spec_path} must hold a non-empty JSON object {{"NAME": {entry_form}, ...}}')
     sources = []
     for name, entry in data.items():
-        if not isinstance(entry, dict) or set(entry) != {"path", "weight"} or not isinstance(entry["path"], str):
+        keys = set(entry) if isinstance(entry, dict) else set()
+        if not {"path", "weight"} <= keys <= {"path", "weight", "stages"} or not isinstance(entry["path"], str):
             raise LoaderError(f"{spec_path}: source {name!r} must be {entry_form} (got {entry!r})")
+        stages = entry.get("stages", {})
+        if not isinstance(stages, dict) or not all(k.isdigit() for k in stages):
+            raise LoaderError(f'{spec_path}: stages of source {name!r} must be {{"STEP": WEIGHT, ...}} (got {stages!r})')
         relative = entry["path"]
         located = relative if "://" in relative or os.path.isabs(relative) else str(path.parent / relative)
-        sources.append(DataSource(name=name, path=located, weight=entry["weight"]))
+        staged = tuple(sorted((int(step), weight) for step, weight in stages.items()))
+        sources.append(DataSource(name=name, path=located, weight=entry["weight"], stages=staged))
     return sources

@@ -1,44 +1,49 @@
 """Deterministic per-host training batches from prepared directories, as a Grain pipeline.
 
-    ArrayRecordDataSource per source (every shard of the split, manifest order)
-    -> global shuffle per epoch, part i of n takes every n-th record  (host_sharding)
-    -> sources mixed record by record in token shares                 (mixture; one source: as is)
-    -> runs of 32 consecutive records joined into chunks              (chunks, in the prefetch workers)
-    -> concat or document packing into [host_batch, seq_len]          (packing, main process)
+    lengths of every record's documents (lengths: scanned once, cached by shard hash)
+    -> the global plan of each step's batch                  (global_index: from lengths alone)
+    -> this host's rows of it, read from ArrayRecord shards  (rows; in the prefetch workers)
 
-The batches depend on the data, the seed, `seq_len`, the global batch size, the packing and the
-shard layout; never on `worker_count`. The iterator's state is a few integers (JSON): the index of
-a chunk and an offset into it. It fits `grain.checkpoint.CheckpointSave` in an Orbax
-CheckpointManager, and a restored iterator yields exactly the batches the uninterrupted one would
-have, with any `worker_count`. A state restores only into an iterator of the same config otherwise.
+The global batch at step `s` depends on the data, the seed, `seq_len`, the global batch size, the
+packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
+`b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
+plan's position (a few integers, JSON, the same on every process). It fits
+`grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
+with any `shard_count` that divides the global batch and any `worker_count`: the restored
+iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+from typing import Any
 
 import grain
+import numpy as np
 from etils import epath
 
 from pipeline.integrity import shard_problems
-from pipeline.load.chunks import ChunkStreamIterDataset, JoinRecords, TagSource
 from pipeline.load.data_spec import DataSource, check_names
 from pipeline.load.errors import LoaderError
-from pipeline.load.host_sharding import host_records, resolve_shard
-from pipeline.load.mixture import check_compatible, record_proportions
-from pipeline.load.packing import ConcatPackIterDataset, DocumentPackIterDataset
+from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
+from pipeline.load.lengths import SplitLengths
+from pipeline.load.mixture import check_compatible
+from pipeline.load.rows import concat_rows, document_rows
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
-PACKINGS = ("concat", "document")
 # Token ids leave the loader as int32 (what embedding lookups take).
 MAX_VOCAB = 2**31
-# Records per chunk handed from a prefetch worker to the packer. Each hand-off costs a shared-memory
-# block and queue round trip (~0.1-0.5 ms), so chunks hold many records: 32 of 8k tokens, a quarter
-# of a million tokens, measured 1.6x faster than one batch per chunk with 2 workers on 2 cores.
-# Batches do not depend on it: the packers join chunks.
-_CHUNK_RECORDS = 32
+# Batches read ahead in each prefetch worker, or in the main process without workers.
+_READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
+_WORKER_BUFFER = 4
+_POSITION = "_position"  # travels with each batch from the worker that made it; popped before use
+_FOREVER = 2**62  # steps of a plan without num_epochs
+# A prefetch worker hands over a window of consecutive batches at once, about this many tokens:
+# each hand-off costs shared-memory blocks and a queue round trip, which one batch of a small
+# model would not amortize. Batches do not depend on it.
+_WINDOW_TOKENS = 2**18
+_MAX_WINDOW = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +53,11 @@ class LoaderConfig:
     `data`: one prepared directory, or the sources of a mixture (`parse_data_spec`); a mixture of
     more than one source adds "source_tokens" to every batch. `packing`: "concat" (windows of the
     token stream) or "document" (whole documents per row, with segment ids and positions).
-    `num_epochs`: None repeats forever (for a mixture's epoch see `pipeline.load.mixture`).
-    `worker_count`: prefetch processes. `shard_index`/`shard_count`: which of `shard_count` equal
-    parts of the global batch this process feeds; processes that share a position on the mesh's
-    data axis pass the same index, and get identical batches. None takes them from JAX's process
-    index and count. `verify`: re-hash every shard against its manifest when opening (reads all
+    `num_epochs`: None repeats forever; otherwise the batches end before the first that needs a
+    record of a later epoch of any source. `worker_count`: prefetch processes.
+    `shard_index`/`shard_count`: which of `shard_count` equal row ranges of the global batch this
+    process feeds; processes that feed the same rows pass the same index, and get identical
+    batches. None takes them from JAX's process index and count. `verify`: re-hash every shard against its manifest when opening (reads all
     the data once).
     """
 
@@ -151,9 +156,25 @@ def open_sources(sources: tuple[DataSource, ...], *, verify: bool = False) -> tu
     return manifests
 
 
+
+def resolve_shard(shard_index: int | None, shard_count: int | None) -> tuple[int, int]:
+    """Fills what is not given from JAX's process index and count.
+
+    JAX is imported only here, so tools that pass both never need it.
+    """
+    if shard_index is None or shard_count is None:
+        import jax
+
+        shard_index = jax.process_index() if shard_index is None else shard_index
+        shard_count = jax.process_count() if shard_count is None else shard_count
+    if not 0 <= shard_index < shard_count:
+        raise LoaderError(f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})")
+    return shard_index, shard_count
+
+
 def host_batch_size(config: LoaderConfig) -> int:
     """Rows of each batch this process gets: global_batch_size / shard_count."""
-    _, count = _shard(config)
+    _, count = resolve_shard(config.shard_index, config.shard_count)
     if config.global_batch_size % count:
         raise LoaderError(
             f"global_batch_size {config.global_batch_size} is not divisible by the "
@@ -162,64 +183,208 @@ def host_batch_size(config: LoaderConfig) -> int:
     return config.global_batch_size // count
 
 
-def _shard(config: LoaderConfig) -> tuple[int, int]:
-    try:
-        return resolve_shard(config.shard_index, config.shard_count)
-    except ValueError as e:
-        raise LoaderError(str(e)) from None
+def mixture_stages(sources: tuple[DataSource, ...]) -> list[Stage]:
+    """The weights of every stage of a mixture, in source order, each summing to 1."""
+    starts = sorted({0, *(step for s in sources for step, _ in s.stages)})
+    stages = []
+    for start in starts:
+        weights = [s.weight_at(start) for s in sources]
+        stages.append(Stage(start, tuple(w / sum(weights) for w in weights)))
+    return stages
 
 
-def make_chunks(config: LoaderConfig) -> grain.IterDataset:
-    """The chunk stream the packers of `make_dataset(config)` consume (for tools comparing packers)."""
-    return _chunk_stream(config, open_sources(config.sources, verify=config.verify))
+class _HostRows:
+    """Plans the global batches and reads this host's rows of them; opens its files in the process
+    that uses it (a prefetch worker gets a pickled copy without them)."""
+
+    def __init__(self, config: LoaderConfig, manifests: tuple[Manifest, ...]):
+        self._config = config
+        self._manifests = manifests
+        index, count = resolve_shard(config.shard_index, config.shard_count)
+        self.rows = host_batch_size(config)
+        self._first_row = index * self.rows
+        self._planner: Planner | None = None
+        self._sources: list[grain.sources.ArrayRecordDataSource] = []
+        self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None}
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            config = self._config
+            self._planner = Planner(
+                [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)],
+                stages=mixture_stages(config.sources),
+                seed=config.seed,
+                seq_len=config.seq_len,
+                rows=config.global_batch_size,
+                packing=config.packing,
+                num_epochs=config.num_epochs,
+            )
+            self._sources = [
+                grain.sources.ArrayRecordDataSource(
+                    [f"{epath.Path(s.path) / shard.path}[0:{shard.records}]" for shard in m.shards_of(config.split)]
+                )
+                for s, m in zip(config.sources, self._manifests)
+            ]
+        return self._planner
+
+    def position_before(self, start: Position, step: int) -> Position:
+        """The plan's position at `step`, walked from `start` (or from where the last walk stopped)."""
+        planner = self.planner
+        position = start
+        if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
+            position = self._walked[1]
+        while position.step < step:
+            _, position = planner.plan(position)
+        self._walked = (start, position)
+        return position
+
+    def steps(self, start: Position) -> int:
+        """How many complete batches the plan holds from `start` (walks it when `num_epochs` is set)."""
+        if self._config.num_epochs is None:
+            return _FOREVER
+        position = start
+        try:
+            while True:
+                _, position = self.planner.plan(position)
+        except EndOfData:
+            return position.step - start.step
+
+    def batch(self, position: Position) -> tuple[dict[str, np.ndarray], Position]:
+        """This host's rows of the batch at `position`, and the position after it."""
+        planner = self.planner
+        plan, after = planner.plan(position)
+        self._walked = (self._walked[0], after) if self._walked else None
+        mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
+        dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
+        records: dict[tuple[int, int], np.ndarray] = {}
+        for key in set(zip(mine.source.tolist(), mine.record.tolist())):
+            records[key] = np.frombuffer(self._sources[key[0]][key[1]], dtype)
+        config, count = self._config, len(self._manifests)
+        if config.packing == "concat":
+            return concat_rows(mine, records, rows=self.rows, width=planner.width, source_count=count), after
+        eot = self._manifests[0].tokenizer.eot_id
+        return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, eot_id=eot, source_count=count), after
 
 
-def _source_records(
-    config: LoaderConfig, position: int, manifest: Manifest, shard: tuple[int, int]
-) -> tuple[grain.MapDataset, float]:
-    """This part's records of the source at `position`, tagged with it; and its tokens per record."""
-    source = config.sources[position]
-    shards = manifest.shards_of(config.split)
-    if not shards:
-        present = sorted({s.split for s in manifest.shards})
-        raise LoaderError(
-            f"{source.path} has no {config.split!r} split (it has {present}); "
-            "choose one of those or prepare with --validation-fraction"
-        )
-    root = epath.Path(source.path)
-    # "path[start:end]" tells the source each shard's record count, so it opens no file up front.
-    records = grain.MapDataset.source(
-        grain.sources.ArrayRecordDataSource([f"{root / s.path}[0:{s.records}]" for s in shards])
-    )
-    index, count = shard
-    try:
-        part = host_records(records, seed=config.seed, shard_index=index, shard_count=count, source=position)
-    except ValueError as e:
-        raise LoaderError(f"{source.path}: {e}") from None
-    return part.map(TagSource(position)), sum(s.tokens for s in shards) / sum(s.records for s in shards)
+class _Windows(grain.MapDataset):
+    """Element `j`: this host's rows of the batches at steps `start.step + j * window` onwards
+    (`window` of them, fewer at the end of `steps`), stacked, with the position after each under
+    `_POSITION`. Read in order, each reader walks the plan once."""
+
+    def __init__(self, host: _HostRows, start: Position, steps: int):
+        super().__init__()
+        self._host = host
+        self._start = start
+        self._steps = steps
+        self._window = max(1, min(_MAX_WINDOW, _WINDOW_TOKENS // (host.rows * host.planner.width)))
+
+    def __len__(self) -> int:
+        return -(-self._steps // self._window)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        first = index * self._window
+        position = self._host.position_before(self._start, self._start.step + first)
+        batches, positions = [], []
+        for _ in range(min(self._window, self._steps - first)):
+            batch, position = self._host.batch(position)
+            batches.append(batch)
+            positions.append(position.to_list())
+        window = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
+        window[_POSITION] = np.array(positions, np.int64)
+        return window
+
+    def __str__(self) -> str:
+        return f"Windows(from step {self._start.step}, {self._window} steps each)"
 
 
-def _chunk_stream(config: LoaderConfig, manifests: tuple[Manifest, ...]) -> grain.IterDataset:
-    shard = _shard(config)
-    rows = host_batch_size(config)
-    parts, tokens_per_record = zip(*(_source_records(config, i, m, shard) for i, m in enumerate(manifests)))
-    proportions = record_proportions([s.weight for s in config.sources], tokens_per_record)
-    records = parts[0] if len(parts) == 1 else grain.MapDataset.mix(parts, proportions)
-    row_tokens = config.seq_len + 1 if config.packing == "concat" else config.seq_len
-    # All parts together read about this many tokens per epoch.
-    epoch_tokens = round(len(records) * shard[1] * sum(p * t for p, t in zip(proportions, tokens_per_record)))
-    if config.num_epochs is not None and epoch_tokens * config.num_epochs < config.global_batch_size * row_tokens:
-        raise LoaderError(
-            f"an epoch of the {config.split!r} split holds about {epoch_tokens} tokens, fewer than one global "
-            f"batch of {config.global_batch_size} x {row_tokens} over {config.num_epochs} epoch(s); "
-            "lower seq_len or global_batch_size, or raise num_epochs"
-        )
-    record_tokens = min(m.config.record_tokens for m in manifests)
-    records_per_chunk = max(_CHUNK_RECORDS, math.ceil(rows * row_tokens / record_tokens))
-    # Chunked before repeating: an infinite MapDataset cannot be batched, and a chunk never spans
-    # two epochs (the packers join chunks anyway).
-    chunks = records.batch(records_per_chunk, batch_fn=JoinRecords(manifests[0].dtype)).repeat(config.num_epochs)
-    return ChunkStreamIterDataset(chunks, worker_count=config.worker_count)
+class HostBatchIterDataset(grain.IterDataset):
+    """This host's rows of the global batches, read ahead by `worker_count` processes (0: a thread)."""
+
+    def __init__(self, host: _HostRows, *, worker_count: int, sources: int):
+        super().__init__()
+        self._host = host
+        self._worker_count = worker_count
+        self._source_count = sources
+
+    def __iter__(self) -> grain.DatasetIterator:
+        return _HostBatchIterator(self._host, worker_count=self._worker_count, start=Position.start(self._source_count))
+
+    def __str__(self) -> str:
+        return f"HostBatchIterDataset(worker_count={self._worker_count})"
+
+
+class _HostBatchIterator(grain.DatasetIterator):
+    """State: the plan's position before the next batch. Restoring it opens a fresh read-ahead
+    pipeline there, so a state saved with any number of workers (or processes) restores into any
+    other; the pipeline opens at the first `next`, so a restore right after creation starts no
+    workers it would have to stop."""
+
+    def __init__(self, host: _HostRows, *, worker_count: int, start: Position):
+        super().__init__()
+        self._host = host
+        self._worker_count = worker_count
+        self._position = start
+        self._reader: grain.DatasetIterator | None = None
+        self._window: dict[str, np.ndarray] = {}
+        self._next_in_window = 0
+
+    def _open(self) -> grain.DatasetIterator:
+        ds = _Windows(self._host, self._position, self._host.steps(self._position)).to_iter_dataset(_READ_OPTIONS)
+        if self._worker_count:
+            _allow_unparsed_absl_flags()
+            ds = ds.mp_prefetch(
+                grain.MultiprocessingOptions(num_workers=self._worker_count, per_worker_buffer_size=_WORKER_BUFFER)
+            )
+        return iter(ds)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self._reader is None:
+            self._reader = self._open()
+        if self._next_in_window == len(self._window.get(_POSITION, ())):
+            self._window, self._next_in_window = next(self._reader), 0
+        k = self._next_in_window
+        self._next_in_window += 1
+        self._position = Position.from_list(self._window[_POSITION][k])
+        return {name: array[k] for name, array in self._window.items() if name != _POSITION}
+
+    def get_state(self) -> dict[str, Any]:
+        return {"position": self._position.to_list()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._close_reader()
+        self._position = Position.from_list(state["position"])
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._window, self._next_in_window = {}, 0
+
+    def close(self) -> None:
+        self._close_reader()
+        super().close()
+
+    def __str__(self) -> str:
+        return f"HostBatchIterator(worker_count={self._worker_count})"
+
+
+def _allow_unparsed_absl_flags() -> None:
+    """Lets Grain's multiprocess prefetch run in programs that do not parse absl flags.
+
+    Grain 0.2.18 reads an absl flag when it starts workers and fails if flags were never parsed,
+    as in any script not started through `absl.app` (google/grain#1355, fixed upstream). Marking
+    them parsed keeps every flag at its default; a program that parses its flags is left alone.
+    """
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
 
 
 def make_dataset(config: LoaderConfig) -> grain.IterDataset:
@@ -227,17 +392,24 @@ def make_dataset(config: LoaderConfig) -> grain.IterDataset:
 
     Always "inputs" and "targets"; with document packing also "segment_ids" and "positions"; from
     a mixture of more than one source also "source_tokens" (int64 [number of sources], in
-    `config.source_names` order: the target tokens of this batch that came from each source).
+    `config.source_names` order: the target tokens of these rows that came from each source).
     """
     manifests = open_sources(config.sources, verify=config.verify)
-    chunks = _chunk_stream(config, manifests)
-    rows = host_batch_size(config)
-    source_count = len(manifests)
-    if config.packing == "concat":
-        return ConcatPackIterDataset(chunks, rows=rows, seq_len=config.seq_len, source_count=source_count)
-    return DocumentPackIterDataset(
-        chunks, rows=rows, seq_len=config.seq_len, eot_id=manifests[0].tokenizer.eot_id, source_count=source_count
-    )
+    for source, manifest in zip(config.sources, manifests):
+        if not manifest.shards_of(config.split):
+            present = sorted({s.split for s in manifest.shards})
+            raise LoaderError(
+                f"{source.path} has no {config.split!r} split (it has {present}); "
+                "choose one of those or prepare with --validation-fraction"
+            )
+    host = _HostRows(config, manifests)
+    if config.num_epochs is not None and host.steps(Position.start(len(manifests))) == 0:
+        row_tokens = host.planner.width
+        raise LoaderError(
+            f"{config.num_epochs} epoch(s) of the {config.split!r} split hold fewer than one global batch "
+            f"of {config.global_batch_size} x {row_tokens} tokens; lower seq_len or global_batch_size, or raise num_epochs"
+        )
+    return HostBatchIterDataset(host, worker_count=config.worker_count, sources=len(manifests))
 
 
 def make_iterator(config: LoaderConfig) -> grain.DatasetIterator:

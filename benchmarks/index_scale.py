@@ -1,0 +1,105 @@
+"""Memory and start-up time of the loader's global index at 10^7 records (one source, one host).
+
+Writes the lengths cache a scan would leave for a split of `--records` records in 100 shards (1 to
+4 documents per record, as `pipeline.load.lengths` lays it out), then, in a fresh process, measures
+what a training host pays: opening the lengths (memory maps) and the planner, planning the first
+batch, resuming at a position far into the run (a checkpoint's few integers: no replay), and the
+steady cost of planning a step; with the process's resident memory after each.
+
+    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline.load import lengths  # noqa: E402
+from pipeline.load.global_index import Planner, Position, Stage  # noqa: E402
+from schemas.manifest import ShardInfo  # noqa: E402
+
+SHARDS = 100
+EOT_ID = 50256
+
+
+def _shard(index: int, records: int) -> ShardInfo:
+    return ShardInfo(split="train", path=f"train-{index:05d}", unit=index, records=records, documents=0, tokens=0,
+                     bytes=0, sha256=f"{index:064x}")
+
+
+def write_cache(records: int, seed: int = 0) -> None:
+    """The two cache files of every shard, as a scan would write them."""
+    rng = np.random.default_rng(seed)
+    directory = os.path.join(lengths.cache_dir(), f"eot{EOT_ID}")
+    os.makedirs(directory, exist_ok=True)
+    for index, count in enumerate(np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))):
+        per_record = rng.integers(1, 5, count)
+        docs = rng.integers(20, 2000, int(per_record.sum())).astype(np.uint32)
+        firsts = np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
+        np.save(os.path.join(directory, f"{_shard(index, 0).sha256}-docs.npy"), docs)
+        np.save(os.path.join(directory, f"{_shard(index, 0).sha256}-firsts.npy"), firsts)
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def measure(records: int, packing: str, steps: int) -> None:
+    counts = np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))
+    before = _resident_mb()
+    start = time.perf_counter()
+    shards = [_shard(i, int(n)) for i, n in enumerate(counts)]
+    pairs = [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards]
+    split = lengths.SplitLengths(tuple(d for d, _ in pairs), tuple(f for _, f in pairs),
+                                 np.concatenate(([0], np.cumsum(counts))).astype(np.int64))
+    planner = Planner([split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=16, packing=packing)
+    planner.plan(Position.start(1))
+    opened = time.perf_counter() - start
+    opened_mb = _resident_mb()
+    start = time.perf_counter()
+    far = Position(10**6, (records * 3 // 2,), (0,))  # step 10^6, half way through the second epoch
+    planner.plan(far)
+    resumed = time.perf_counter() - start
+    start = time.perf_counter()
+    position = far
+    for _ in range(steps):
+        _, position = planner.plan(position)
+    per_step = (time.perf_counter() - start) / steps
+    on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(lengths.cache_dir())
+                  for f in files)
+    print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch 16 x 1024")
+    print(f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} bytes per record)")
+    print(f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident +{opened_mb - before:,.1f} MiB")
+    print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
+    print(f"planning a step, steady:         {per_step * 1e3:,.3f} ms over {steps} steps "
+          f"(resident +{_resident_mb() - before:,.1f} MiB after)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--packing", choices=("concat", "document"), default="document")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        measure(args.records, args.packing, args.steps)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ[lengths.CACHE_ENV] = tmp
+        write_cache(args.records)
+        # A fresh process: its memory holds what a training host's would, not the arrays just written.
+        return subprocess.run([sys.executable, __file__, "--measure", *sys.argv[1:]]).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The global index: which record pieces form each row of the global batch, step after step.
+
+Every process walks the same plan, computed from document lengths alone (`lengths`), and reads
+only the records its rows need; so the global batch at step `s` depends on the data, the seed,
+`seq_len`, the global batch size, the packing, the mixture weights and `s`, never on the mesh, the
+number of processes or the prefetch workers.
+
+The plan is one stream of records for the whole run:
+
+- each source's records are read in a fresh seeded permutation per epoch (numpy's, drawn when
+  the epoch is first reached and kept while it is read: 4 bytes per record), one epoch after
+  another: a source's epoch reads each of its records exactly once before any repeats;
+- with several sources, the next record comes from the source furthest below its token share in
+  the current stage (the fewest tokens per unit of weight since the stage began, the first on a
+  tie), so realized shares follow each stage's weights within a record;
+- `concat` packing cuts the stream into `[batch, seq_len + 1]` windows; `document` packing places
+  each record's documents (those over `seq_len` cut into pieces) first fit into the rows of the
+  batch, and starts the next batch with the first piece that fits no row.
+
+Nothing is dropped or skipped, so every epoch of every source is read once, across all hosts, before
+it repeats, except for the one global batch that straddles the epoch's end. The plan is built
+lazily, one step at a time, from a `Position`: the step, each source's count of finished records
+and its tokens in the current stage, and how much of the record in progress is placed. That
+position is also the loader's checkpoint: a few integers that mean the same on any topology.
+
+Costs: a step's plan touches only the records it places (a few per batch), so building it is
+microseconds of Python per record; memory is the lengths' memory maps (4 bytes per document, 8 per
+record, paged in as touched) plus the current epoch's permutation of each source (4 bytes per
+record). See docs/global-index.md for figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeline.load.lengths import SplitLengths
+
+PACKINGS = ("concat", "document")
+
+
+def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+    """The order in which epoch `epoch` of source `source` reads its records.
+
+    Seeded by all three, so seed 1 does not replay seed 0's epochs shifted by one, and two sources
+    of equal size are not shuffled alike.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence((seed, source, epoch)))
+    return rng.permutation(np.arange(records, dtype=np.uint32 if records < 2**32 else np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """From step `start` on, sources supply tokens in the shares `weights` (mixture order)."""
+
+    start: int
+    weights: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where the plan stands before step `step`.
+
+    `finished[k]`: records of source `k` fully placed since the run began (its epoch is
+    `finished[k] // records`). `stage_tokens[k]`: tokens taken from source `k` since the current
+    stage began. `source`: the source of the record in progress (its next record), -1 if none;
+    `placed`: how much of it is placed, in tokens (concat) or pieces (document).
+    """
+
+    step: int
+    finished: tuple[int, ...]
+    stage_tokens: tuple[int, ...]
+    source: int = -1
+    placed: int = 0
+
+    @classmethod
+    def start(cls, sources: int) -> Position:
+        return cls(0, (0,) * sources, (0,) * sources)
+
+    def to_list(self) -> list[int]:
+        return [self.step, self.source, self.placed, *self.finished, *self.stage_tokens]
+
+    @classmethod
+    def from_list(cls, values: Sequence[int]) -> Position:
+        values = [int(v) for v in values]
+        n = (len(values) - 3) // 2
+        return cls(values[0], tuple(values[3 : 3 + n]), tuple(values[3 + n :]), values[1], values[2])
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """The pieces of one global batch, as parallel arrays: `length` tokens of record `record` of
+    source `source` from token `start`, placed at flat offset `dest` of the [rows, width] batch
+    (width: seq_len + 1 for concat, seq_len for document), with `segment` its segment id within
+    its row (document packing; 0 for concat)."""
+
+    source: np.ndarray
+    record: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    dest: np.ndarray
+    segment: np.ndarray
+
+    def rows(self, first: int, end: int, width: int) -> StepPlan:
+        """The pieces of rows [first, end), clipped to them, with `dest` counted from row `first`."""
+        lo, hi = first * width, end * width
+        keep = (self.dest < hi) & (self.dest + self.length > lo)
+        dest, length, start = self.dest[keep], self.length[keep], self.start[keep]
+        cut = np.maximum(lo - dest, 0)
+        length = np.minimum(dest + length, hi) - dest - cut
+        return StepPlan(self.source[keep], self.record[keep], start + cut, length, dest + cut - lo, self.segment[keep])
+
+
+class EndOfData(Exception):
+    """The plan needs a record past the last epoch asked for."""
+
+
+class Planner:
+    """Walks the plan: `plan(position)` is the global batch at `position.step` and the position after.
+
+    `num_epochs` (None: forever) ends the plan at the first batch that needs a record of a later
+    epoch of any source.
+    """
+
+    def __init__(
+        self, lengths: Sequence[SplitLengths], *, stages: Sequence[Stage], seed: int, seq_len: int, rows: int,
+        packing: str, num_epochs: int | None = None,
+    ):
+        self._lengths = list(lengths)
+        self._seed = seed
+        self._orders: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
+        self._stages = sorted(stages, key=lambda s: s.start)
+        self._seq_len = seq_len
+        self._rows = rows
+        self._packing = packing
+        self._num_epochs = num_epochs
+        self.width = seq_len + 1 if packing == "concat" else seq_len
+
+    def _weights(self, step: int) -> tuple[float, ...]:
+        return [s for s in self._stages if s.start <= step][-1].weights
+
+    def record_of(self, source: int, finished: int) -> int:
+        """The split index of source `source`'s record after `finished` others."""
+        records = self._lengths[source].records
+        epoch, index = divmod(finished, records)
+        if self._num_epochs is not None and epoch >= self._num_epochs:
+            raise EndOfData
+        if self._orders.get(source, (-1,))[0] != epoch:
+            self._orders[source] = epoch, permutation(records, seed=self._seed, source=source, epoch=epoch)
+        return int(self._orders[source][1][index])
+
+    def _pieces(self, documents: np.ndarray) -> tuple[list[int], list[int]]:
+        """Starts and lengths of a record's pieces: for concat the whole record, for document
+        packing its documents, cut into at most seq_len tokens."""
+        lengths = documents.tolist()
+        if self._packing == "concat":
+            return [0], [sum(lengths)]
+        starts, pieces, at, size = [], [], 0, self._seq_len
+        for n in lengths:
+            for offset in range(0, n, size):
+                starts.append(at + offset)
+                pieces.append(min(size, n - offset))
+            at += n
+        return starts, pieces
+
+    def plan(self, position: Position) -> tuple[StepPlan, Position]:
+        """Raises EndOfData when the batch cannot be completed within `num_epochs`."""
+        step = position.step
+        finished, tokens = list(position.finished), list(position.stage_tokens)
+        if any(s.start == step for s in self._stages) and step:
+            tokens = [0] * len(tokens)
+        weights = self._weights(step)
+        source, placed = position.source, position.placed
+        out: list[tuple[int, int, int, int, int, int]] = []
+        rows, width = self._rows, self.width
+        room, count = [width] * rows, [0] * rows
+        need, have = rows * width, 0
+        while True:
+            if source < 0:
+                source = min(range(len(weights)), key=lambda k: tokens[k] / weights[k])
+                record = self.record_of(source, finished[source])
+                starts, lengths = self._pieces(self._lengths[source].documents(record))
+                tokens[source] += sum(lengths)
+                placed = 0
+            else:
+                record = self.record_of(source, finished[source])
+                starts, lengths = self._pieces(self._lengths[source].documents(record))
+            if self._packing == "concat":
+                take = min(need - have, lengths[0] - placed)
+                out.append((source, record, placed, take, have, 0))
+                placed += take
+                have += take
+                full = have == need
+                done = placed == lengths[0]
+            else:
+                full = False
+                for j in range(placed, len(lengths)):
+                    n = lengths[j]
+                    for row in range(rows):  # first fit
+                        if room[row] >= n:
+                            break
+                    else:
+                        full = True
+                        break
+                    count[row] += 1
+                    out.append((source, record, starts[j], n, row * width + width - room[row], count[row]))
+                    room[row] -= n
+                    placed = j + 1
+                done = placed == len(lengths)
+            if done:
+                finished[source] += 1
+                source, placed = -1, 0
+            if full:
+                break
+        columns = np.array(out, np.int64).T
+        after = Position(step + 1, tuple(finished), tuple(tokens), source, placed)
+        return StepPlan(*columns), after
