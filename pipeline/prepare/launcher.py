@@ -129,10 +129,8 @@ def is_complete(result: UnitResult, sizes: dict[str, int]) -> bool:
 
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files
-    and hub tokenizers."""
-    hub_inputs = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
-    return ("hf",) if hub_inputs or is_hub_spec(plan.config.tokenizer) else ()
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
+    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
 
 
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
