@@ -4,7 +4,8 @@ The launcher resolves the revision (a branch, tag or sha; `main` when none is gi
 once (`pin`), and the config records `hf:ORG/NAME@SHA`, so every process reads the same bytes and a
 rerun reads what the first run read. Each process then fetches that commit's `tokenizer.json`, and
 its `tokenizer_config.json` where the repo has one, into the Hugging Face cache (`HF_HOME`;
-`HF_ENDPOINT` and `HF_TOKEN` apply as for hub datasets). Needs the `hf` extra.
+`HF_ENDPOINT` and `HF_TOKEN` apply as for hub datasets). The client, `huggingface_hub`, comes with
+`tokenizers` in the base install.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _client():
     try:
         import huggingface_hub
     except ImportError:
-        raise TokenizerError("hub tokenizers need the Hugging Face client: pip install 'tokshards[hf]'") from None
+        raise TokenizerError("hub tokenizers need the Hugging Face client: pip install huggingface_hub") from None
     return huggingface_hub
 
 

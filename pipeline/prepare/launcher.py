@@ -138,10 +138,8 @@ def _bytes_read() -> int:
 
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files
-    and hub tokenizers."""
-    hub_inputs = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
-    return ("hf",) if hub_inputs or is_hub_spec(plan.config.tokenizer) else ()
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
+    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
 
 
 def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:
