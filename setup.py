@@ -27,6 +27,7 @@ PREPARE = [
     "numpy>=1.26",
     "jsonschema>=4.20",
     "psutil>=5.9",  # the launcher watches the worker processes of a local run
+    "xxhash>=3.0",  # word hashes of dedup and decontamination
 ]
 # Hugging Face inputs (`--format hf`, hub ids): `datasets` resolves them on the launcher, the
 # workers read through `huggingface_hub`. An extra, not the base: it brings pandas, dill,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pipeline.prepare.progress import LOG_EVERY_FRACTION, LOG_EVERY_SECONDS
+from pipeline.log_cadence import LogCadence
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"
@@ -83,17 +83,14 @@ class PlainProgress:
         self._total = total
         self._stream = stream
         self._clock = clock
-        self._logged_at, self._logged_step = clock(), start
-        self._every = max(1, int(total * LOG_EVERY_FRACTION))
+        self._cadence = LogCadence(total, done=start, now=clock())
         self._postfix: dict[str, str] = {}
 
     def set_postfix(self, postfix: dict[str, str]) -> None:
         self._postfix = postfix
 
     def step(self, step: int) -> None:
-        now = self._clock()
-        if step == self._total or now - self._logged_at >= LOG_EVERY_SECONDS or step - self._logged_step >= self._every:
+        if self._cadence.due(step, self._clock(), final=step == self._total):
             fields = " | ".join(f"{name} {value}" for name, value in self._postfix.items())
             self._stream.write(f"step {step}/{self._total}" + (f" | {fields}" if fields else "") + "\n")
             self._stream.flush()
-            self._logged_at, self._logged_step = now, step

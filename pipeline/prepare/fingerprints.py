@@ -16,7 +16,7 @@ import unicodedata
 import numpy as np
 import xxhash
 
-from pipeline.prepare.worker import _splitmix64
+from pipeline.prepare.splitmix import splitmix64
 
 WORD = re.compile(r"\w+")
 # MinHash over word 5-grams, 14 bands of 8 rows (datatrove's choice): documents of Jaccard
@@ -75,8 +75,8 @@ def ngram_hashes(words: np.ndarray, n: int) -> np.ndarray:
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MULTIPLIERS = (_splitmix64(np.arange(BANDS * ROWS, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
-_OFFSETS = (_splitmix64(np.arange(BANDS * ROWS, 2 * BANDS * ROWS, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32)
+_MULTIPLIERS = (splitmix64(np.arange(BANDS * ROWS, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
+_OFFSETS = (splitmix64(np.arange(BANDS * ROWS, 2 * BANDS * ROWS, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32)
 
 
 def minhash(words: np.ndarray) -> np.ndarray:
@@ -98,5 +98,5 @@ def band_keys(signatures: np.ndarray) -> np.ndarray:
     bands = signatures.reshape(len(signatures), BANDS, ROWS)
     keys = np.broadcast_to(np.arange(BANDS, dtype=np.uint64), (len(signatures), BANDS)).copy()
     for row in range(ROWS):
-        keys = _splitmix64(keys ^ bands[:, :, row].astype(np.uint64))
+        keys = splitmix64(keys ^ bands[:, :, row].astype(np.uint64))
     return keys

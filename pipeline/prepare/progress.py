@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from pipeline.log_cadence import LogCadence
+
 
 def format_count(n: float) -> str:
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -23,10 +25,6 @@ def format_count(n: float) -> str:
 def format_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-LOG_EVERY_SECONDS = 30.0
-LOG_EVERY_FRACTION = 0.1
 
 
 class Progress:
@@ -55,8 +53,8 @@ class Progress:
         self._stream = stream
         self._tty = stream.isatty()
         self._clock = clock
-        self._start = self._polled_at = self._logged_at = clock()
-        self._logged_done = already_done
+        self._start = self._polled_at = clock()
+        self._cadence = LogCadence(total, done=already_done, now=self._start)
 
     def tick(self) -> None:
         if self._clock() - self._polled_at >= self._interval:
@@ -71,13 +69,9 @@ class Progress:
         line = self._line(done, tokens, now)
         if self._tty:
             self._stream.write("\r" + line + ("\n" if final else ""))
-        elif final or now - self._logged_at >= LOG_EVERY_SECONDS or done - self._logged_done >= self._log_step():
+        elif self._cadence.due(done, now, final=final):
             self._stream.write(line + "\n")
-            self._logged_at, self._logged_done = now, done
         self._stream.flush()
-
-    def _log_step(self) -> int:
-        return max(1, int(self._total * LOG_EVERY_FRACTION))
 
     def _line(self, done: int, tokens: int, now: float) -> str:
         # Rate and ETA count only this run's work, not units finished before a resume.

@@ -21,6 +21,7 @@ import numpy as np
 from pipeline import storage
 from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
+from pipeline.prepare.splitmix import splitmix64
 from pipeline.prepare.removals import cleans, removed_numbers
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
@@ -62,19 +63,10 @@ def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
     )
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """A fixed integer mix (SplitMix64's finalizer): the same bits under any numpy version."""
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: str) -> np.ndarray:
     """A permutation keyed by stable hashes, so it is the same under any numpy version."""
     key = hashlib.blake2b(f"{seed}:{unit_index}:{batch}:{split}".encode(), digest_size=8).digest()
-    keys = _splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
+    keys = splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
     return np.argsort(keys, kind="stable")
 
 

@@ -40,7 +40,7 @@ REQUIREMENTS_NAME = "worker-requirements.txt"
 
 # The packages whose versions decide what prepare writes: tokenizer, shard format, readers.
 _OUTPUT_PACKAGES = (
-    "tokshards", "apache-beam", "array-record", "tiktoken", "tokenizers", "numpy", "pyarrow", "zstandard"
+    "tokshards", "apache-beam", "array-record", "tiktoken", "tokenizers", "numpy", "pyarrow", "zstandard", "xxhash"
 )
 # The packages an extra brings that decide what prepare writes when a run needs that extra (the
 # Hugging Face client reads hub files). A run that does not need them records nothing of them, so
