@@ -53,6 +53,8 @@ bench: venv $(BASE_VENV)/.installed
 	$(PY) benchmarks/dedup.py --check || status=1; \
 	$(PY) benchmarks/loader_throughput.py --check || status=1; \
 	$(PY) benchmarks/train_step.py || status=1; \
+	$(PY) benchmarks/train_step.py --real-batches --rounds 3 --steps-per-round 10 --check || status=1; \
+	$(PY) benchmarks/index_scale.py || status=1; \
 	exit $$status
 
 clean:

@@ -207,8 +207,12 @@ def _mixture(tmp: str, tokens: int) -> tuple:
     return tuple(sources)
 
 
-def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: int = 2) -> None:
-    """Steps fed by the loader against steps fed a constant batch (see the module's docstring)."""
+REAL_BATCH_GOAL = 1.05
+
+
+def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: int = 2) -> float:
+    """Steps fed by the loader against steps fed a constant batch (see the module's docstring);
+    returns the ratio of their medians."""
     import tempfile
 
     from pipeline.load import SOURCE_TOKENS, LoaderConfig, make_iterator
@@ -253,7 +257,8 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
     print(f"{'step fed':34} {'ms/step':>9}")
     print(f"{'a constant batch':34} {constant_s * 1e3:>9.1f}")
     print(f"{'the loader':34} {real_s * 1e3:>9.1f}")
-    print(f"real / constant: {real_s / constant_s:.3f}")
+    print(f"real / constant: {real_s / constant_s:.3f} (goal: at most {REAL_BATCH_GOAL})")
+    return real_s / constant_s
 
 
 def main() -> None:
@@ -263,9 +268,12 @@ def main() -> None:
     parser.add_argument("--steps-per-round", type=int, default=None, help="default: 5, or 20 with --real-batches")
     parser.add_argument("--mfu", action="store_true", help="measure the gpt2 preset's MFU instead")
     parser.add_argument("--real-batches", action="store_true", help="the step fed the loader vs a constant batch")
+    parser.add_argument("--check", action="store_true", help="with --real-batches: exit 1 above the goal")
     args = parser.parse_args()
     if args.real_batches:
-        real_batches(args.batch_size or 8, args.rounds, args.steps_per_round or 20)
+        ratio = real_batches(args.batch_size or 8, args.rounds, args.steps_per_round or 20)
+        if args.check and ratio > REAL_BATCH_GOAL:
+            sys.exit(1)
     elif args.mfu:
         mfu(args.batch_size or 16, args.rounds, args.steps_per_round or 5)
     else:
