@@ -238,7 +238,7 @@ class _HostRows:
         if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
             position = self._walked[1]
         while position.step < step:
-            _, position = planner.plan(position)
+            position = planner.advance(position)
         self._walked = (start, position)
         return position
 
@@ -249,7 +249,7 @@ class _HostRows:
         position = start
         try:
             while True:
-                _, position = self.planner.plan(position)
+                position = self.planner.advance(position)
         except EndOfData:
             return position.step - start.step
 
