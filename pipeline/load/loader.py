@@ -28,7 +28,7 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
-from pipeline.load.rows import concat_rows, document_rows
+from pipeline.load.rows import concat_rows, document_rows, record_tokens
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
@@ -206,9 +206,10 @@ class _HostRows:
         self._planner: Planner | None = None
         self._sources: list[grain.sources.ArrayRecordDataSource] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
+        self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None}
+        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None, "_records": {}}
 
     @property
     def planner(self) -> Planner:
@@ -260,14 +261,16 @@ class _HostRows:
         self._walked = (self._walked[0], after) if self._walked else None
         mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
         dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
-        records: dict[tuple[int, int], np.ndarray] = {}
+        eot = self._manifests[0].tokenizer.eot_id
+        # A record in progress is taken up again by the next step: it is read once.
+        last, records = self._records, {}
         for key in set(zip(mine.source.tolist(), mine.record.tolist())):
-            records[key] = np.frombuffer(self._sources[key[0]][key[1]], dtype)
+            records[key] = last[key] if key in last else record_tokens(self._sources[key[0]][key[1]], dtype, eot)
+        self._records = records
         config, count = self._config, len(self._manifests)
         if config.packing == "concat":
             return concat_rows(mine, records, rows=self.rows, width=planner.width, source_count=count), after
-        eot = self._manifests[0].tokenizer.eot_id
-        return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, eot_id=eot, source_count=count), after
+        return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, source_count=count), after
 
 
 class _Windows(grain.MapDataset):

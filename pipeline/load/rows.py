@@ -7,8 +7,9 @@ them from 1 within a row, `positions` counting tokens from 0 within one, and zer
 id 0) after them; a piece's inputs are the tokens one to the left of its targets in its record,
 the end-of-text id before a record's first.
 
-A batch holds a few dozen pieces of hundreds to thousands of tokens each, so each is copied as one
-slice (casting to int32 on the way): per-token index arrays would cost more than the copies.
+A record is held as int32 after an end-of-text id (`record_tokens`), so a piece's inputs are the
+slice one to the left of its targets. A batch holds a few dozen pieces of hundreds to thousands
+of tokens each, so each is copied as one slice: per-token index arrays would cost more.
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ from pipeline.load.global_index import StepPlan
 SOURCE_TOKENS = "source_tokens"
 
 
+def record_tokens(data: bytes, dtype: np.dtype, eot_id: int) -> np.ndarray:
+    """A record's tokens as int32, after an end-of-text id: the input before its first token."""
+    tokens = np.empty(len(data) // dtype.itemsize + 1, np.int32)
+    tokens[0] = eot_id
+    tokens[1:] = np.frombuffer(data, dtype)
+    return tokens
+
+
 def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Iterator[tuple[np.ndarray, int, int, int, int, int]]:
-    """Each piece as (its record's tokens, source, start, length, dest, segment), in plain ints."""
+    """Each piece as (its record's `record_tokens`, source, start, length, dest, segment), in plain ints."""
     columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
     for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
         yield records[(source, record)], source, start, length, dest, segment
@@ -35,7 +44,7 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, r
     flat = np.empty(rows * width, np.int32)
     owner = np.empty(rows * width, np.int64) if source_count > 1 else None
     for tokens, source, start, length, dest, _ in _pieces(plan, records):
-        flat[dest : dest + length] = tokens[start : start + length]
+        flat[dest : dest + length] = tokens[start + 1 : start + 1 + length]
         if owner is not None:
             owner[dest : dest + length] = source
     windows = flat.reshape(rows, width)
@@ -47,19 +56,15 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, r
 
 
 def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, rows: int, seq_len: int,
-                  eot_id: int, source_count: int) -> dict[str, np.ndarray]:
+                  source_count: int) -> dict[str, np.ndarray]:
     """Rows of `plan` (already clipped to this host's rows) from `records[(source, record)]`."""
     size = rows * seq_len
     targets, inputs, segment_ids, positions = (np.zeros(size, np.int32) for _ in range(4))
     ramp = np.arange(seq_len, dtype=np.int32)
     for tokens, _, start, length, dest, segment in _pieces(plan, records):
         end = dest + length
-        targets[dest:end] = tokens[start : start + length]
-        if start:
-            inputs[dest:end] = tokens[start - 1 : start + length - 1]
-        else:  # a record's first piece: its first input is the end-of-text id
-            inputs[dest] = eot_id
-            inputs[dest + 1 : end] = tokens[: length - 1]
+        inputs[dest:end] = tokens[start : start + length]
+        targets[dest:end] = tokens[start + 1 : start + 1 + length]
         segment_ids[dest:end] = segment
         positions[dest:end] = ramp[:length]
     shape = (rows, seq_len)
