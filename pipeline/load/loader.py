@@ -28,7 +28,7 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
-from pipeline.load.rows import concat_rows, document_rows, record_tokens
+from pipeline.load.rows import concat_rows, document_rows, new_window, record_tokens
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
@@ -254,8 +254,15 @@ class _HostRows:
         except EndOfData:
             return position.step - start.step
 
-    def batch(self, position: Position) -> tuple[dict[str, np.ndarray], Position]:
-        """This host's rows of the batch at `position`, and the position after it."""
+    def window(self, steps: int) -> dict[str, np.ndarray]:
+        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place."""
+        config = self._config
+        return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
+                          source_count=len(self._manifests))
+
+    def fill(self, position: Position, batch: dict[str, np.ndarray]) -> Position:
+        """Lays out this host's rows of the batch at `position` in `batch` (one step of a `window`);
+        returns the position after it."""
         planner = self.planner
         plan, after = planner.plan(position)
         self._walked = (self._walked[0], after) if self._walked else None
@@ -267,10 +274,11 @@ class _HostRows:
         for key in set(zip(mine.source.tolist(), mine.record.tolist())):
             records[key] = last[key] if key in last else record_tokens(self._sources[key[0]][key[1]], dtype, eot)
         self._records = records
-        config, count = self._config, len(self._manifests)
-        if config.packing == "concat":
-            return concat_rows(mine, records, rows=self.rows, width=planner.width, source_count=count), after
-        return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, source_count=count), after
+        if self._config.packing == "concat":
+            concat_rows(mine, records, batch, width=planner.width)
+        else:
+            document_rows(mine, records, batch)
+        return after
 
 
 class _Windows(grain.MapDataset):
@@ -293,12 +301,11 @@ class _Windows(grain.MapDataset):
             return self.slice(index)
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
-        batches, positions = [], []
-        for _ in range(min(self._window, self._steps - first)):
-            batch, position = self._host.batch(position)
-            batches.append(batch)
+        window = self._host.window(min(self._window, self._steps - first))
+        positions = []
+        for k in range(len(window["inputs"])):
+            position = self._host.fill(position, {name: array[k] for name, array in window.items()})
             positions.append(position.to_list())
-        window = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
         window[_POSITION] = np.array(positions, np.int64)
         return window
 

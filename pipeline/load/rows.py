@@ -38,28 +38,40 @@ def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Itera
         yield records[(source, record)], source, start, length, dest, segment
 
 
-def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, rows: int, width: int,
-                source_count: int) -> dict[str, np.ndarray]:
-    """Rows of `plan` (already clipped to this host's rows) from `records[(source, record)]`."""
+def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int) -> dict[str, np.ndarray]:
+    """Zeroed arrays for `steps` batches, which the layouts below fill one step at a time: a window
+    of batches is laid out in place, never stacked from per-step copies."""
+    names = ("inputs", "targets", "segment_ids", "positions") if packing == "document" else ("inputs", "targets")
+    window = {name: np.zeros((steps, rows, seq_len), np.int32) for name in names}
+    if source_count > 1:
+        window[SOURCE_TOKENS] = np.zeros((steps, source_count), np.int64)
+    return window
+
+
+def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
+                width: int) -> None:
+    """Fills `batch` (one step of a `new_window`) with the rows of `plan`, already clipped to this
+    host's rows, from `records[(source, record)]`."""
+    rows = len(batch["inputs"])
     flat = np.empty(rows * width, np.int32)
-    owner = np.empty(rows * width, np.int64) if source_count > 1 else None
+    owner = np.empty(rows * width, np.int64) if SOURCE_TOKENS in batch else None
     for tokens, source, start, length, dest, _ in _pieces(plan, records):
         flat[dest : dest + length] = tokens[start + 1 : start + 1 + length]
         if owner is not None:
             owner[dest : dest + length] = source
     windows = flat.reshape(rows, width)
-    batch = {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
+    batch["inputs"][:] = windows[:, :-1]
+    batch["targets"][:] = windows[:, 1:]
     if owner is not None:
         owner = owner.reshape(rows, width)[:, 1:]
-        batch[SOURCE_TOKENS] = np.bincount(owner.ravel(), minlength=source_count).astype(np.int64)
-    return batch
+        batch[SOURCE_TOKENS][:] = np.bincount(owner.ravel(), minlength=len(batch[SOURCE_TOKENS]))
 
 
-def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, rows: int, seq_len: int,
-                  source_count: int) -> dict[str, np.ndarray]:
-    """Rows of `plan` (already clipped to this host's rows) from `records[(source, record)]`."""
-    size = rows * seq_len
-    targets, inputs, segment_ids, positions = (np.zeros(size, np.int32) for _ in range(4))
+def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray]) -> None:
+    """Fills `batch` (one step of a `new_window`, zeroed) with the rows of `plan`, already clipped to
+    this host's rows, from `records[(source, record)]`."""
+    seq_len = batch["inputs"].shape[1]
+    inputs, targets, segment_ids, positions = (batch[name].reshape(-1) for name in ("inputs", "targets", "segment_ids", "positions"))
     ramp = np.arange(seq_len, dtype=np.int32)
     for tokens, _, start, length, dest, segment in _pieces(plan, records):
         end = dest + length
@@ -67,13 +79,5 @@ def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *,
         targets[dest:end] = tokens[start + 1 : start + 1 + length]
         segment_ids[dest:end] = segment
         positions[dest:end] = ramp[:length]
-    shape = (rows, seq_len)
-    batch = {
-        "inputs": inputs.reshape(shape),
-        "targets": targets.reshape(shape),
-        "segment_ids": segment_ids.reshape(shape),
-        "positions": positions.reshape(shape),
-    }
-    if source_count > 1:
-        batch[SOURCE_TOKENS] = np.bincount(plan.source, plan.length, source_count).astype(np.int64)
-    return batch
+    if SOURCE_TOKENS in batch:
+        batch[SOURCE_TOKENS][:] = np.bincount(plan.source, plan.length, len(batch[SOURCE_TOKENS]))
