@@ -67,3 +67,25 @@ def test_host_rows_are_the_clipped_pieces_of_the_global_plan():
     assert sum(int(p.length.sum()) for p in parts) == int(plan.length.sum()) == 6 * 17
     for p in parts:
         assert p.dest.min() == 0 and int((p.dest + p.length).max()) == 2 * 17
+
+
+@pytest.mark.parametrize("packing", ["concat", "document"])
+def test_advance_moves_as_plan_does(packing):
+    # seq_len 64 under documents of up to 300 tokens: records with and without documents to cut.
+    stages = [Stage(0, (0.6, 0.4)), Stage(9, (0.2, 0.8))]
+    planner = Planner([random_split(0, 50), random_split(1, 20)], stages=stages, seed=3, seq_len=64, rows=4,
+                      packing=packing)
+    position = Position.start(2)
+    for _ in range(40):
+        plan, after = planner.plan(position)
+        assert planner.advance(position) == after
+        # Pieces fill each row (concat: the whole batch) from its start, one after another, without
+        # overlap; concat leaves no room.
+        span = planner.width if packing == "document" else 4 * planner.width
+        for part in range(4 * planner.width // span):
+            mine = plan.dest // span == part
+            order = np.argsort(plan.dest[mine])
+            ends = np.cumsum(plan.length[mine][order])
+            np.testing.assert_array_equal(plan.dest[mine][order] - part * span, ends - plan.length[mine][order])
+            assert ends[-1] <= span and (packing == "document" or ends[-1] == span)
+        position = after

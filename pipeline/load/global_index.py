@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -131,6 +132,7 @@ class Planner:
         self._lengths = list(lengths)
         self._seed = seed
         self._orders: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
+        self._last_pieces: dict[int, tuple[int, tuple[list[int], list[int]]]] = {}  # source -> (record, pieces)
         self._stages = sorted(stages, key=lambda s: s.start)
         self._seq_len = seq_len
         self._rows = rows
@@ -151,45 +153,66 @@ class Planner:
             self._orders[source] = epoch, permutation(records, seed=self._seed, source=source, epoch=epoch)
         return int(self._orders[source][1][index])
 
-    def _pieces(self, documents: np.ndarray) -> tuple[list[int], list[int]]:
+    def _pieces(self, source: int, record: int) -> tuple[list[int], list[int]]:
         """Starts and lengths of a record's pieces: for concat the whole record, for document
-        packing its documents, cut into at most seq_len tokens."""
-        lengths = documents.tolist()
+        packing its documents, cut into at most seq_len tokens. The last record's are kept per
+        source: a record in progress is taken up again by the next step."""
+        cached = self._last_pieces.get(source)
+        if cached is not None and cached[0] == record:
+            return cached[1]
+        lengths = self._lengths[source].documents(record).tolist()
+        size = self._seq_len
         if self._packing == "concat":
-            return [0], [sum(lengths)]
-        starts, pieces, at, size = [], [], 0, self._seq_len
-        for n in lengths:
-            for offset in range(0, n, size):
-                starts.append(at + offset)
-                pieces.append(min(size, n - offset))
-            at += n
-        return starts, pieces
+            pieces = [0], [sum(lengths)]
+        elif max(lengths, default=0) <= size:  # the common case: no document to cut
+            pieces = list(accumulate(lengths[:-1], initial=0)), lengths
+        else:
+            starts, cut, at = [], [], 0
+            for n in lengths:
+                for offset in range(0, n, size):
+                    starts.append(at + offset)
+                    cut.append(min(size, n - offset))
+                at += n
+            pieces = starts, cut
+        self._last_pieces[source] = record, pieces
+        return pieces
 
     def plan(self, position: Position) -> tuple[StepPlan, Position]:
         """Raises EndOfData when the batch cannot be completed within `num_epochs`."""
+        out: list[tuple[int, int, int, int, int, int]] = []
+        after = self._walk(position, out)
+        return StepPlan(*np.array(out, np.int64).reshape(-1, 6).T), after
+
+    def advance(self, position: Position) -> Position:
+        """The position after the batch at `position`, without building its plan: what a reader
+        that skips the batch needs."""
+        return self._walk(position, None)
+
+    def _walk(self, position: Position, out: list | None) -> Position:
+        """Places the pieces of the batch at `position`, appending them to `out` unless None."""
         step = position.step
         finished, tokens = list(position.finished), list(position.stage_tokens)
-        if any(s.start == step for s in self._stages) and step:
+        if step and any(s.start == step for s in self._stages):
             tokens = [0] * len(tokens)
         weights = self._weights(step)
         source, placed = position.source, position.placed
-        out: list[tuple[int, int, int, int, int, int]] = []
         rows, width = self._rows, self.width
         room, count = [width] * rows, [0] * rows
         need, have = rows * width, 0
         while True:
             if source < 0:
-                source = min(range(len(weights)), key=lambda k: tokens[k] / weights[k])
+                source = 0 if len(weights) == 1 else min(range(len(weights)), key=lambda k: tokens[k] / weights[k])
                 record = self.record_of(source, finished[source])
-                starts, lengths = self._pieces(self._lengths[source].documents(record))
+                starts, lengths = self._pieces(source, record)
                 tokens[source] += sum(lengths)
                 placed = 0
             else:
                 record = self.record_of(source, finished[source])
-                starts, lengths = self._pieces(self._lengths[source].documents(record))
+                starts, lengths = self._pieces(source, record)
             if self._packing == "concat":
                 take = min(need - have, lengths[0] - placed)
-                out.append((source, record, placed, take, have, 0))
+                if out is not None:
+                    out.append((source, record, placed, take, have, 0))
                 placed += take
                 have += take
                 full = have == need
@@ -205,7 +228,8 @@ class Planner:
                         full = True
                         break
                     count[row] += 1
-                    out.append((source, record, starts[j], n, row * width + width - room[row], count[row]))
+                    if out is not None:
+                        out.append((source, record, starts[j], n, row * width + width - room[row], count[row]))
                     room[row] -= n
                     placed = j + 1
                 done = placed == len(lengths)
@@ -214,6 +238,4 @@ class Planner:
                 source, placed = -1, 0
             if full:
                 break
-        columns = np.array(out, np.int64).T
-        after = Position(step + 1, tuple(finished), tuple(tokens), source, placed)
-        return StepPlan(*columns), after
+        return Position(step + 1, tuple(finished), tuple(tokens), source, placed)

@@ -28,7 +28,7 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
-from pipeline.load.rows import concat_rows, document_rows
+from pipeline.load.rows import concat_rows, document_rows, new_window, record_tokens
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
@@ -206,9 +206,10 @@ class _HostRows:
         self._planner: Planner | None = None
         self._sources: list[grain.sources.ArrayRecordDataSource] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
+        self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None}
+        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None, "_records": {}}
 
     @property
     def planner(self) -> Planner:
@@ -238,7 +239,7 @@ class _HostRows:
         if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
             position = self._walked[1]
         while position.step < step:
-            _, position = planner.plan(position)
+            position = planner.advance(position)
         self._walked = (start, position)
         return position
 
@@ -249,25 +250,35 @@ class _HostRows:
         position = start
         try:
             while True:
-                _, position = self.planner.plan(position)
+                position = self.planner.advance(position)
         except EndOfData:
             return position.step - start.step
 
-    def batch(self, position: Position) -> tuple[dict[str, np.ndarray], Position]:
-        """This host's rows of the batch at `position`, and the position after it."""
+    def window(self, steps: int) -> dict[str, np.ndarray]:
+        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place."""
+        config = self._config
+        return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
+                          source_count=len(self._manifests))
+
+    def fill(self, position: Position, batch: dict[str, np.ndarray]) -> Position:
+        """Lays out this host's rows of the batch at `position` in `batch` (one step of a `window`);
+        returns the position after it."""
         planner = self.planner
         plan, after = planner.plan(position)
         self._walked = (self._walked[0], after) if self._walked else None
         mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
         dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
-        records: dict[tuple[int, int], np.ndarray] = {}
-        for key in set(zip(mine.source.tolist(), mine.record.tolist())):
-            records[key] = np.frombuffer(self._sources[key[0]][key[1]], dtype)
-        config, count = self._config, len(self._manifests)
-        if config.packing == "concat":
-            return concat_rows(mine, records, rows=self.rows, width=planner.width, source_count=count), after
         eot = self._manifests[0].tokenizer.eot_id
-        return document_rows(mine, records, rows=self.rows, seq_len=config.seq_len, eot_id=eot, source_count=count), after
+        # A record in progress is taken up again by the next step: it is read once.
+        last, records = self._records, {}
+        for key in set(zip(mine.source.tolist(), mine.record.tolist())):
+            records[key] = last[key] if key in last else record_tokens(self._sources[key[0]][key[1]], dtype, eot)
+        self._records = records
+        if self._config.packing == "concat":
+            concat_rows(mine, records, batch, width=planner.width)
+        else:
+            document_rows(mine, records, batch)
+        return after
 
 
 class _Windows(grain.MapDataset):
@@ -290,12 +301,11 @@ class _Windows(grain.MapDataset):
             return self.slice(index)
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
-        batches, positions = [], []
-        for _ in range(min(self._window, self._steps - first)):
-            batch, position = self._host.batch(position)
-            batches.append(batch)
+        window = self._host.window(min(self._window, self._steps - first))
+        positions = []
+        for k in range(len(window["inputs"])):
+            position = self._host.fill(position, {name: array[k] for name, array in window.items()})
             positions.append(position.to_list())
-        window = {name: np.stack([b[name] for b in batches]) for name in batches[0]}
         window[_POSITION] = np.array(positions, np.int64)
         return window
 

@@ -7,13 +7,14 @@ them from 1 within a row, `positions` counting tokens from 0 within one, and zer
 id 0) after them; a piece's inputs are the tokens one to the left of its targets in its record,
 the end-of-text id before a record's first.
 
-The pieces' tokens are gathered with a few vectorized numpy calls per batch, from one buffer that
-holds every record the batch needs, each after an end-of-text id.
+A record is held as int32 after an end-of-text id (`record_tokens`), so a piece's inputs are the
+slice one to the left of its targets. A batch holds a few dozen pieces of hundreds to thousands
+of tokens each, so each is copied as one slice: per-token index arrays would cost more.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -22,64 +23,61 @@ from pipeline.load.global_index import StepPlan
 SOURCE_TOKENS = "source_tokens"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Gather:
-    """Where the pieces' tokens are in the records' buffer (`source`) and in the flat batch (`dest`)."""
-
-    source: np.ndarray
-    dest: np.ndarray
-    within: np.ndarray  # each token's offset in its piece
-
-
-def _gather(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], eot_id: int) -> tuple[np.ndarray, _Gather]:
-    keys = list(dict.fromkeys(zip(plan.source.tolist(), plan.record.tolist())))
-    sizes = [len(records[k]) + 1 for k in keys]
-    buffer = np.empty(sum(sizes), np.int32)
-    base, at = {}, 0
-    for key, size in zip(keys, sizes):
-        buffer[at] = eot_id
-        buffer[at + 1 : at + size] = records[key]
-        base[key] = at + 1
-        at += size
-    starts = np.array([base[k] for k in zip(plan.source.tolist(), plan.record.tolist())], np.int64) + plan.start
-    first = np.cumsum(plan.length) - plan.length  # each piece's first token among all the pieces' tokens
-    within = np.arange(int(plan.length.sum())) - np.repeat(first, plan.length)
-    return buffer, _Gather(np.repeat(starts, plan.length) + within, np.repeat(plan.dest, plan.length) + within, within)
+def record_tokens(data: bytes, dtype: np.dtype, eot_id: int) -> np.ndarray:
+    """A record's tokens as int32, after an end-of-text id: the input before its first token."""
+    tokens = np.empty(len(data) // dtype.itemsize + 1, np.int32)
+    tokens[0] = eot_id
+    tokens[1:] = np.frombuffer(data, dtype)
+    return tokens
 
 
-def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, rows: int, width: int,
-                source_count: int) -> dict[str, np.ndarray]:
-    """Rows of `plan` (already clipped to this host's rows) from `records[(source, record)]`."""
-    buffer, at = _gather(plan, records, eot_id=0)
+def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Iterator[tuple[np.ndarray, int, int, int, int, int]]:
+    """Each piece as (its record's `record_tokens`, source, start, length, dest, segment), in plain ints."""
+    columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
+    for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
+        yield records[(source, record)], source, start, length, dest, segment
+
+
+def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int) -> dict[str, np.ndarray]:
+    """Zeroed arrays for `steps` batches, which the layouts below fill one step at a time: a window
+    of batches is laid out in place, never stacked from per-step copies."""
+    names = ("inputs", "targets", "segment_ids", "positions") if packing == "document" else ("inputs", "targets")
+    window = {name: np.zeros((steps, rows, seq_len), np.int32) for name in names}
+    if source_count > 1:
+        window[SOURCE_TOKENS] = np.zeros((steps, source_count), np.int64)
+    return window
+
+
+def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
+                width: int) -> None:
+    """Fills `batch` (one step of a `new_window`) with the rows of `plan`, already clipped to this
+    host's rows, from `records[(source, record)]`."""
+    rows = len(batch["inputs"])
     flat = np.empty(rows * width, np.int32)
-    flat[at.dest] = buffer[at.source]
+    owner = np.empty(rows * width, np.int64) if SOURCE_TOKENS in batch else None
+    for tokens, source, start, length, dest, _ in _pieces(plan, records):
+        flat[dest : dest + length] = tokens[start + 1 : start + 1 + length]
+        if owner is not None:
+            owner[dest : dest + length] = source
     windows = flat.reshape(rows, width)
-    batch = {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
-    if source_count > 1:
-        owner = np.empty(rows * width, np.int64)
-        owner[at.dest] = np.repeat(plan.source, plan.length)
+    batch["inputs"][:] = windows[:, :-1]
+    batch["targets"][:] = windows[:, 1:]
+    if owner is not None:
         owner = owner.reshape(rows, width)[:, 1:]
-        batch[SOURCE_TOKENS] = np.bincount(owner.ravel(), minlength=source_count).astype(np.int64)
-    return batch
+        batch[SOURCE_TOKENS][:] = np.bincount(owner.ravel(), minlength=len(batch[SOURCE_TOKENS]))
 
 
-def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], *, rows: int, seq_len: int,
-                  eot_id: int, source_count: int) -> dict[str, np.ndarray]:
-    """Rows of `plan` (already clipped to this host's rows) from `records[(source, record)]`."""
-    buffer, at = _gather(plan, records, eot_id)
-    size = rows * seq_len
-    targets, inputs, segment_ids, positions = (np.zeros(size, np.int32) for _ in range(4))
-    targets[at.dest] = buffer[at.source]
-    inputs[at.dest] = buffer[at.source - 1]
-    segment_ids[at.dest] = np.repeat(plan.segment, plan.length)
-    positions[at.dest] = at.within
-    shape = (rows, seq_len)
-    batch = {
-        "inputs": inputs.reshape(shape),
-        "targets": targets.reshape(shape),
-        "segment_ids": segment_ids.reshape(shape),
-        "positions": positions.reshape(shape),
-    }
-    if source_count > 1:
-        batch[SOURCE_TOKENS] = np.bincount(plan.source, plan.length, source_count).astype(np.int64)
-    return batch
+def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray]) -> None:
+    """Fills `batch` (one step of a `new_window`, zeroed) with the rows of `plan`, already clipped to
+    this host's rows, from `records[(source, record)]`."""
+    seq_len = batch["inputs"].shape[1]
+    inputs, targets, segment_ids, positions = (batch[name].reshape(-1) for name in ("inputs", "targets", "segment_ids", "positions"))
+    ramp = np.arange(seq_len, dtype=np.int32)
+    for tokens, _, start, length, dest, segment in _pieces(plan, records):
+        end = dest + length
+        inputs[dest:end] = tokens[start : start + length]
+        targets[dest:end] = tokens[start + 1 : start + 1 + length]
+        segment_ids[dest:end] = segment
+        positions[dest:end] = ramp[:length]
+    if SOURCE_TOKENS in batch:
+        batch[SOURCE_TOKENS][:] = np.bincount(plan.source, plan.length, len(batch[SOURCE_TOKENS]))
