@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
 from pipeline.prepare import launcher  # noqa: E402
+from schemas import formats  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402
 
 @pytest.fixture(scope="session", autouse=True)
@@ -67,6 +68,13 @@ def tree_bytes(root: str) -> dict[str, bytes]:
             path = os.path.join(dirpath, name)
             out[os.path.relpath(path, root)] = open(path, "rb").read()
     return out
+
+
+def run_outputs(root: str) -> dict[str, bytes]:
+    """`tree_bytes` but run_info.json, which alone may differ between equal runs."""
+    files = tree_bytes(root)
+    files.pop(formats.RUN_INFO_NAME)
+    return files
 
 
 def sample_documents(n: int, seed: int = 0) -> list[str]:

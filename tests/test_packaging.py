@@ -23,7 +23,7 @@ from apache_beam.runners.portability.stager import REQUIREMENTS_FILE, WORKFLOW_T
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from conftest import tree_bytes
+from conftest import run_outputs
 from pipeline.prepare import worker_environment
 from pipeline.prepare.worker_environment import (
     package_versions,
@@ -203,12 +203,6 @@ def corpus(worker_venv, tmp_path_factory) -> str:
     return path
 
 
-def _outputs(root: str) -> dict[str, bytes]:
-    """Everything but run_info.json, which alone may differ between equal runs."""
-    files = tree_bytes(root)
-    files.pop(formats.RUN_INFO_NAME)
-    return files
-
 
 def _prepare(python: str, corpus: str, output: str, *beam_args: str, cwd: str, env: dict | None = None) -> None:
     argv = [python, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, *PREPARE_ARGS, *beam_args]
@@ -257,7 +251,7 @@ def test_installed_sdist_prepares_the_same_bytes_as_the_source_tree(worker_venv,
     assert _module_origin(worker_venv, REPO).startswith(REPO + os.sep)
     _prepare(worker_venv.python, corpus, str(tmp_path / "installed"), cwd=outside, env=worker_venv.env())
     _prepare(worker_venv.python, corpus, str(tmp_path / "source"), cwd=REPO, env=worker_venv.env())
-    installed, source = _outputs(str(tmp_path / "installed")), _outputs(str(tmp_path / "source"))
+    installed, source = run_outputs(str(tmp_path / "installed")), run_outputs(str(tmp_path / "source"))
     assert sorted(installed) == sorted(source)
     assert installed == source
     manifest = json.loads(installed[formats.MANIFEST_NAME])
@@ -304,4 +298,4 @@ def test_portable_runner_on_an_external_worker_pool_writes_the_direct_runners_by
     assert result.returncode == 0, result.stderr[-4000:]
     _prepare(sys.executable, corpus, str(tmp_path / "direct"), cwd=REPO)
     assert "Starting worker" in open(tmp_path / "worker_pool.log").read(), "the pool ran no SDK worker"
-    assert _outputs(portable) == _outputs(str(tmp_path / "direct"))
+    assert run_outputs(portable) == run_outputs(str(tmp_path / "direct"))

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, run_prepare, tree_bytes, write_jsonl, write_parquet, write_text
+from conftest import decoded_documents, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
 from pipeline.planted import near_copy, planted_corpus
 from pipeline.prepare.documents import DocumentPiece
 from pipeline.prepare.fingerprints import minhash, normalized, word_hashes
@@ -207,11 +207,6 @@ def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
     return [a, b], ["--dedup", "near", "--decontaminate", eval_path, "--unit-bytes", "65536", "--validation-fraction", "0.1"]
 
 
-def _outputs(root: str) -> dict[str, bytes]:
-    files = tree_bytes(root)
-    files.pop(formats.RUN_INFO_NAME)
-    return files
-
 
 @pytest.mark.slow
 def test_same_bytes_with_one_and_two_workers_and_on_a_rerun(tmp_path):
@@ -221,9 +216,9 @@ def test_same_bytes_with_one_and_two_workers_and_on_a_rerun(tmp_path):
     assert manifest.removed["contaminated"] >= 2 and manifest.removed[EXACT] > 0 and manifest.removed[NEAR] > 0
     two = str(tmp_path / "two")
     run_prepare(inputs, two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing")
-    assert _outputs(one) == _outputs(two)
+    assert run_outputs(one) == run_outputs(two)
     run_prepare(inputs, str(tmp_path / "again"), *args)
-    assert _outputs(one) == _outputs(str(tmp_path / "again"))
+    assert run_outputs(one) == run_outputs(str(tmp_path / "again"))
 
 
 @pytest.mark.slow
@@ -252,4 +247,4 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     assert 0 < done < total, "the kill must land part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     run_prepare(inputs, out, *args)
-    assert _outputs(out) == _outputs(clean)
+    assert run_outputs(out) == run_outputs(clean)

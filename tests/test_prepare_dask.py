@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import run_prepare, tree_bytes, write_jsonl
+from conftest import run_outputs, run_prepare, write_jsonl
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher
 from schemas import formats
@@ -41,11 +41,6 @@ def scheduler():
         yield cluster.scheduler_address
 
 
-def _outputs(root: str) -> dict[str, bytes]:
-    files = tree_bytes(root)
-    files.pop(formats.RUN_INFO_NAME)
-    return files
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
@@ -64,7 +59,7 @@ def test_dask_writes_the_same_bytes_as_the_local_runner(scheduler, corpus, tmp_p
     result = cli("--input", corpus, "--output", out, *ARGS, DASK_RUNNER, f"--dask_client_address={scheduler}",
                  timeout=300)
     assert result.returncode == 0, result.stderr
-    assert _outputs(out) == _outputs(str(tmp_path / "local"))
+    assert run_outputs(out) == run_outputs(str(tmp_path / "local"))
     assert json.loads(open(os.path.join(out, formats.RUN_INFO_NAME)).read())["runner"].endswith("DaskRunner")
 
 
@@ -85,7 +80,7 @@ def test_dask_resumes_after_the_launcher_is_killed(scheduler, corpus, tmp_path):
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     result = cli(*args, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert _outputs(out) == _outputs(clean)
+    assert run_outputs(out) == run_outputs(clean)
 
 
 @pytest.mark.slow

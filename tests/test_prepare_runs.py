@@ -12,19 +12,13 @@ import time
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 
-from conftest import run_prepare, tree_bytes
+from conftest import run_outputs, run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def _outputs(root: str) -> dict[str, bytes]:
-    """Everything but run_info.json, which alone may differ between equal runs."""
-    files = tree_bytes(root)
-    files.pop(formats.RUN_INFO_NAME)
-    return files
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +34,7 @@ def test_same_output_in_process_and_with_two_worker_processes(stories, tmp_path)
     run_prepare(
         [stories], str(tmp_path / "b"), *common, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
     )
-    a, b = _outputs(str(tmp_path / "a")), _outputs(str(tmp_path / "b"))
+    a, b = run_outputs(str(tmp_path / "a")), run_outputs(str(tmp_path / "b"))
     assert sorted(a) == sorted(b)
     assert a == b
     manifest = json.loads(a[formats.MANIFEST_NAME])
@@ -50,7 +44,7 @@ def test_same_output_in_process_and_with_two_worker_processes(stories, tmp_path)
 def test_output_depends_on_config_seed(stories, tmp_path):
     run_prepare([stories], str(tmp_path / "a"), "--seed", "1")
     run_prepare([stories], str(tmp_path / "b"), "--seed", "2")
-    a, b = _outputs(str(tmp_path / "a")), _outputs(str(tmp_path / "b"))
+    a, b = run_outputs(str(tmp_path / "a")), run_outputs(str(tmp_path / "b"))
     shard = next(k for k in a if k.startswith("train/"))
     assert a[shard] != b[shard], "the seed shuffles documents within units"
 
@@ -160,7 +154,7 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
     info = json.loads(open(os.path.join(out, formats.RUN_INFO_NAME)).read())
     assert info["units_resumed"] == done
     assert info["units_run"] == len(total) - done
-    assert _outputs(out) == _outputs(clean)
+    assert run_outputs(out) == run_outputs(clean)
 
 
 def test_local_runner_options():
