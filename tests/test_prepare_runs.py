@@ -133,14 +133,17 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
          "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
         cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+
+    def recorded() -> int:
+        """Unit records in place, not the temporaries (dot-named) of ones being written."""
+        return len([n for n in os.listdir(units_dir) if not n.startswith(".")]) if os.path.isdir(units_dir) else 0
+
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if os.path.isdir(units_dir) and len(os.listdir(units_dir)) >= 3:
-            break
+    while time.monotonic() < deadline and recorded() < 3:
         time.sleep(0.005)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    done = len([n for n in os.listdir(units_dir) if n.endswith(".json")])
+    done = recorded()
     total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
     assert 0 < done < len(total), "the kill must land part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
