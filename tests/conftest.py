@@ -70,6 +70,11 @@ def tree_bytes(root: str) -> dict[str, bytes]:
     return out
 
 
+def files_in_place(directory: str) -> int:
+    """Files written whole in `directory`, not the dot-named temporaries of ones being written."""
+    return len([n for n in os.listdir(directory) if not n.startswith(".")]) if os.path.isdir(directory) else 0
+
+
 def run_outputs(root: str) -> dict[str, bytes]:
     """`tree_bytes` but run_info.json, which alone may differ between equal runs."""
     files = tree_bytes(root)

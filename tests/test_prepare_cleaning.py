@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
+from conftest import decoded_documents, files_in_place, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
 from pipeline.planted import near_copy, planted_corpus
 from pipeline.prepare.documents import DocumentPiece
 from pipeline.prepare.fingerprints import minhash, normalized, word_hashes
@@ -236,17 +236,13 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
         cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
-    def finished() -> int:
-        """Files in place, not the temporaries (dot-named) of ones being written."""
-        return len([n for n in os.listdir(watched) if not n.startswith(".")]) if os.path.isdir(watched) else 0
-
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and finished() < 2:
+    while time.monotonic() < deadline and files_in_place(watched) < 2:
         time.sleep(0.002)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < finished() < total, "the kill must land part-way"
+    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     run_prepare(inputs, out, *args)
     assert run_outputs(out) == run_outputs(clean)

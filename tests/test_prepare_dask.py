@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import run_outputs, run_prepare, write_jsonl
+from conftest import files_in_place, run_outputs, run_prepare, write_jsonl
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher
 from schemas import formats
@@ -73,7 +73,7 @@ def test_dask_resumes_after_the_launcher_is_killed(scheduler, corpus, tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=REPO,
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (os.path.isdir(units_dir) and len(os.listdir(units_dir)) >= 2):
+    while time.monotonic() < deadline and files_in_place(units_dir) < 2:
         time.sleep(0.005)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()

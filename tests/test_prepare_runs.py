@@ -12,7 +12,7 @@ import time
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 
-from conftest import run_outputs, run_prepare, tree_bytes
+from conftest import files_in_place, run_outputs, run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
@@ -134,16 +134,12 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
         cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
-    def recorded() -> int:
-        """Unit records in place, not the temporaries (dot-named) of ones being written."""
-        return len([n for n in os.listdir(units_dir) if not n.startswith(".")]) if os.path.isdir(units_dir) else 0
-
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and recorded() < 3:
+    while time.monotonic() < deadline and files_in_place(units_dir) < 3:
         time.sleep(0.005)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    done = recorded()
+    done = files_in_place(units_dir)
     total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
     assert 0 < done < len(total), "the kill must land part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
