@@ -6,7 +6,7 @@ what a training host pays: opening the lengths (memory maps) and the planner, pl
 batch, resuming at a position far into the run (a checkpoint's few integers: no replay), and the
 steady cost of planning a step; with the process's resident memory after each.
 
-    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000]
+    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] [--rows 16]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _resident_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-def measure(records: int, packing: str, steps: int) -> None:
+def measure(records: int, packing: str, steps: int, rows: int) -> None:
     counts = np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))
     before = _resident_mb()
     start = time.perf_counter()
@@ -61,7 +61,7 @@ def measure(records: int, packing: str, steps: int) -> None:
     pairs = [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards]
     split = lengths.SplitLengths(tuple(d for d, _ in pairs), tuple(f for _, f in pairs),
                                  np.concatenate(([0], np.cumsum(counts))).astype(np.int64))
-    planner = Planner([split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=16, packing=packing)
+    planner = Planner([split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=rows, packing=packing)
     planner.plan(Position.start(1))
     opened = time.perf_counter() - start
     opened_mb = _resident_mb()
@@ -76,7 +76,7 @@ def measure(records: int, packing: str, steps: int) -> None:
     per_step = (time.perf_counter() - start) / steps
     on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(lengths.cache_dir())
                   for f in files)
-    print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch 16 x 1024")
+    print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch {rows} x 1024")
     print(f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} bytes per record)")
     print(f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident +{opened_mb - before:,.1f} MiB")
     print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
@@ -89,10 +89,11 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--packing", choices=("concat", "document"), default="document")
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--rows", type=int, default=16, help="global batch size (rows the plan fills per step)")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        measure(args.records, args.packing, args.steps)
+        measure(args.records, args.packing, args.steps, args.rows)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[lengths.CACHE_ENV] = tmp

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.load.global_index import Planner, Position, Stage
+from pipeline.load.global_index import Planner, Position, Stage, FirstFitRows
 from pipeline.load.lengths import SplitLengths, document_lengths
 
 
@@ -89,3 +89,23 @@ def test_advance_moves_as_plan_does(packing):
             np.testing.assert_array_equal(plan.dest[mine][order] - part * span, ends - plan.length[mine][order])
             assert ends[-1] <= span and (packing == "document" or ends[-1] == span)
         position = after
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 100])
+def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
+    # The max tree against a plain scan of the rows, on random lengths up to the row width.
+    rng = np.random.default_rng(rows)
+    width = 64
+    lengths = [int(n) for n in rng.integers(1, width + 1, 40 * rows)]
+    tree = FirstFitRows(rows, width)
+    out: list[int] = []
+    stop = tree.place(0, 0, list(range(len(lengths))), lengths, 0, out)
+    room, expected = [width] * rows, []
+    for n in lengths:
+        row = next((r for r in range(rows) if room[r] >= n), None)
+        if row is None:
+            break
+        expected.append((row * width + width - room[row], sum(1 for d, _ in expected if d // width == row) + 1))
+        room[row] -= n
+    assert stop == len(expected) < len(lengths)
+    assert [(dest, segment) for dest, segment in zip(out[4::6], out[5::6])] == expected

@@ -114,6 +114,51 @@ class StepPlan:
         return StepPlan(self.source[keep], self.record[keep], start + cut, length, dest + cut - lo, self.segment[keep])
 
 
+class FirstFitRows:
+    """The rows of a document batch as they fill, for first fit: the free room of each row in a max
+    tree, so the first row with room for a piece is found in O(log rows) (a global batch holds
+    hundreds of rows, and a step thousands of documents)."""
+
+    def __init__(self, rows: int, width: int):
+        self._leaves = leaves = 1 << (rows - 1).bit_length()
+        self._tree = tree = [0] * leaves + [width] * rows + [-1] * (leaves - rows)
+        for k in range(leaves - 1, 0, -1):
+            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+        self._width = width
+        self._pieces = [0] * rows
+
+    def place(self, source: int, record: int, starts: list[int], lengths: list[int], first: int,
+              out: list[int] | None) -> int:
+        """Places pieces `first`, `first + 1`, ... of a record, each in the first row with room for
+        it, up to the first that fits no row; returns that one's index (`len(lengths)` if all fit).
+        Appends each placed piece to `out` in StepPlan's order, unless None."""
+        tree, leaves, width, pieces = self._tree, self._leaves, self._width, self._pieces
+        for j in range(first, len(lengths)):
+            n = lengths[j]
+            if tree[1] < n:
+                return j
+            k = 1
+            while k < leaves:
+                k *= 2
+                if tree[k] < n:
+                    k += 1
+            room = tree[k]
+            tree[k] = room - n
+            row = k - leaves
+            pieces[row] += 1
+            if out is not None:
+                out += (source, record, starts[j], n, (row + 1) * width - room, pieces[row])
+            k //= 2
+            while k:
+                left, right = tree[2 * k], tree[2 * k + 1]
+                top = left if left > right else right
+                if tree[k] == top:
+                    break
+                tree[k] = top
+                k //= 2
+        return len(lengths)
+
+
 class EndOfData(Exception):
     """The plan needs a record past the last epoch asked for."""
 
@@ -179,7 +224,7 @@ class Planner:
 
     def plan(self, position: Position) -> tuple[StepPlan, Position]:
         """Raises EndOfData when the batch cannot be completed within `num_epochs`."""
-        out: list[tuple[int, int, int, int, int, int]] = []
+        out: list[int] = []  # six ints per piece, in StepPlan's order
         after = self._walk(position, out)
         return StepPlan(*np.array(out, np.int64).reshape(-1, 6).T), after
 
@@ -196,9 +241,8 @@ class Planner:
             tokens = [0] * len(tokens)
         weights = self._weights(step)
         source, placed = position.source, position.placed
-        rows, width = self._rows, self.width
-        room, count = [width] * rows, [0] * rows
-        need, have = rows * width, 0
+        rows = FirstFitRows(self._rows, self.width) if self._packing == "document" else None
+        need, have = self._rows * self.width, 0
         while True:
             if source < 0:
                 source = 0 if len(weights) == 1 else min(range(len(weights)), key=lambda k: tokens[k] / weights[k])
@@ -212,26 +256,14 @@ class Planner:
             if self._packing == "concat":
                 take = min(need - have, lengths[0] - placed)
                 if out is not None:
-                    out.append((source, record, placed, take, have, 0))
+                    out += (source, record, placed, take, have, 0)
                 placed += take
                 have += take
                 full = have == need
                 done = placed == lengths[0]
             else:
-                full = False
-                for j in range(placed, len(lengths)):
-                    n = lengths[j]
-                    for row in range(rows):  # first fit
-                        if room[row] >= n:
-                            break
-                    else:
-                        full = True
-                        break
-                    count[row] += 1
-                    if out is not None:
-                        out.append((source, record, starts[j], n, row * width + width - room[row], count[row]))
-                    room[row] -= n
-                    placed = j + 1
+                placed = rows.place(source, record, starts, lengths, placed, out)
+                full = placed < len(lengths)
                 done = placed == len(lengths)
             if done:
                 finished[source] += 1

@@ -28,7 +28,16 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
-from pipeline.load.rows import concat_rows, document_rows, new_window, record_tokens
+from pipeline.load.rows import (
+    FIELDS,
+    batch_of,
+    concat_rows,
+    document_rows,
+    new_window,
+    record_tokens,
+    step_of,
+    transport_dtype,
+)
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
@@ -37,7 +46,9 @@ MAX_VOCAB = 2**31
 # Batches read ahead in each prefetch worker, or in the main process without workers.
 _READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 _WORKER_BUFFER = 4
-_POSITION = "_position"  # travels with each batch from the worker that made it; popped before use
+_POSITION = "_position"  # the position after each batch of a window, from the worker that made it
+# Smaller arrays (a window's source token counts) travel pickled: a shared-memory segment costs more.
+_MIN_SHARED_BYTES = 2**16
 _FOREVER = 2**62  # steps of a plan without num_epochs
 # A prefetch worker hands over a window of consecutive batches at once, about this many tokens:
 # each hand-off costs shared-memory blocks and a queue round trip, which one batch of a small
@@ -254,11 +265,13 @@ class _HostRows:
         except EndOfData:
             return position.step - start.step
 
-    def window(self, steps: int) -> dict[str, np.ndarray]:
-        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place."""
+    def window(self, steps: int, *, narrow: bool) -> dict[str, np.ndarray]:
+        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place;
+        `narrow`: in the narrowest dtype that holds them, for a window that crosses processes."""
         config = self._config
+        dtype = transport_dtype(self._manifests[0].tokenizer.n_vocab, config.seq_len) if narrow else np.dtype(np.int32)
         return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
-                          source_count=len(self._manifests))
+                          source_count=len(self._manifests), dtype=dtype)
 
     def fill(self, position: Position, batch: dict[str, np.ndarray]) -> Position:
         """Lays out this host's rows of the batch at `position` in `batch` (one step of a `window`);
@@ -283,14 +296,15 @@ class _HostRows:
 
 class _Windows(grain.MapDataset):
     """Element `j`: this host's rows of the batches at steps `start.step + j * window` onwards
-    (`window` of them, fewer at the end of `steps`), stacked, with the position after each under
-    `_POSITION`. Read in order, each reader walks the plan once."""
+    (`window` of them, fewer at the end of `steps`), as a `new_window`, with the position after each
+    under `_POSITION`. Read in order, each reader walks the plan once."""
 
-    def __init__(self, host: _HostRows, start: Position, steps: int):
+    def __init__(self, host: _HostRows, start: Position, steps: int, *, narrow: bool):
         super().__init__()
         self._host = host
         self._start = start
         self._steps = steps
+        self._narrow = narrow
         self._window = max(1, min(_MAX_WINDOW, _WINDOW_TOKENS // (host.rows * host.planner.width)))
 
     def __len__(self) -> int:
@@ -301,12 +315,12 @@ class _Windows(grain.MapDataset):
             return self.slice(index)
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
-        window = self._host.window(min(self._window, self._steps - first))
+        window = self._host.window(min(self._window, self._steps - first), narrow=self._narrow)
         positions = []
-        for k in range(len(window["inputs"])):
-            position = self._host.fill(position, {name: array[k] for name, array in window.items()})
+        for k in range(len(window[FIELDS][0])):
+            position = self._host.fill(position, step_of(window, k))
             positions.append(position.to_list())
-        window[_POSITION] = np.array(positions, np.int64)
+        window[_POSITION] = positions
         return window
 
     def __str__(self) -> str:
@@ -345,8 +359,12 @@ class _HostBatchIterator(grain.DatasetIterator):
         self._next_in_window = 0
 
     def _open(self) -> grain.DatasetIterator:
-        ds = _Windows(self._host, self._position, self._host.steps(self._position)).to_iter_dataset(_READ_OPTIONS)
+        windows = _Windows(self._host, self._position, self._host.steps(self._position), narrow=self._worker_count > 0)
+        ds = windows.to_iter_dataset(_READ_OPTIONS)
         if self._worker_count:
+            ds = grain.experimental.WithOptionsIterDataset(
+                ds, grain.experimental.DatasetOptions(min_shm_size=_MIN_SHARED_BYTES)
+            )
             _allow_unparsed_absl_flags()
             ds = ds.mp_prefetch(
                 grain.MultiprocessingOptions(num_workers=self._worker_count, per_worker_buffer_size=_WORKER_BUFFER)
@@ -361,7 +379,7 @@ class _HostBatchIterator(grain.DatasetIterator):
         k = self._next_in_window
         self._next_in_window += 1
         self._position = Position.from_list(self._window[_POSITION][k])
-        return {name: array[k] for name, array in self._window.items() if name != _POSITION}
+        return batch_of(self._window, k)
 
     def get_state(self) -> dict[str, Any]:
         return {"position": self._position.to_list()}
