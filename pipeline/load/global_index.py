@@ -7,9 +7,9 @@ number of processes or the prefetch workers.
 
 The plan is one stream of records for the whole run:
 
-- each source's records are read in a fresh seeded permutation per epoch (numpy's, drawn when
-  the epoch is first reached and kept while it is read: 4 bytes per record), one epoch after
-  another: a source's epoch reads each of its records exactly once before any repeats;
+- each source's records are read in a fresh keyed order per epoch (`record_order`: a bijection
+  computed position by position, never drawn or stored), one epoch after another: a source's
+  epoch reads each of its records exactly once before any repeats;
 - with several sources, the next record comes from the source furthest below its token share in
   the current stage (the fewest tokens per unit of weight since the stage began, the first on a
   tie), so realized shares follow each stage's weights within a record;
@@ -23,10 +23,9 @@ lazily, one step at a time, from a `Position`: the step, each source's count of 
 and its tokens in the current stage, and how much of the record in progress is placed. That
 position is also the loader's checkpoint: a few integers that mean the same on any topology.
 
-Costs: a step's plan touches only the records it places (a few per batch), so building it is
-microseconds of Python per record; memory is the lengths' memory maps (4 bytes per document, 8 per
-record, paged in as touched) plus the current epoch's permutation of each source (4 bytes per
-record). See docs/global-index.md for figures.
+Costs: a step's plan touches only the records it places, so building it is microseconds of Python
+per document; memory is the lengths' memory maps (4 bytes per document, 8 per record, paged in as
+touched), whatever the number of records. See docs/global-index.md for figures.
 """
 
 from __future__ import annotations
@@ -38,18 +37,9 @@ from itertools import accumulate
 import numpy as np
 
 from pipeline.load.lengths import SplitLengths
+from pipeline.load.record_order import EpochOrder
 
 PACKINGS = ("concat", "document")
-
-
-def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
-    """The order in which epoch `epoch` of source `source` reads its records.
-
-    Seeded by all three, so seed 1 does not replay seed 0's epochs shifted by one, and two sources
-    of equal size are not shuffled alike.
-    """
-    rng = np.random.default_rng(np.random.SeedSequence((seed, source, epoch)))
-    return rng.permutation(np.arange(records, dtype=np.uint32 if records < 2**32 else np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,8 +165,7 @@ class Planner:
         packing: str, num_epochs: int | None = None,
     ):
         self._lengths = list(lengths)
-        self._seed = seed
-        self._orders: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
+        self._orders = [EpochOrder(split.records, seed=seed, source=k) for k, split in enumerate(self._lengths)]
         self._last_pieces: dict[int, tuple[int, tuple[list[int], list[int]]]] = {}  # source -> (record, pieces)
         self._stages = sorted(stages, key=lambda s: s.start)
         self._seq_len = seq_len
@@ -194,9 +183,7 @@ class Planner:
         epoch, index = divmod(finished, records)
         if self._num_epochs is not None and epoch >= self._num_epochs:
             raise EndOfData
-        if self._orders.get(source, (-1,))[0] != epoch:
-            self._orders[source] = epoch, permutation(records, seed=self._seed, source=source, epoch=epoch)
-        return int(self._orders[source][1][index])
+        return self._orders[source].record(epoch, index)
 
     def _pieces(self, source: int, record: int) -> tuple[list[int], list[int]]:
         """Starts and lengths of a record's pieces: for concat the whole record, for document

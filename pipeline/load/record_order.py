@@ -1,0 +1,76 @@
+"""The order in which an epoch reads a source's records: a keyed bijection, computed, never stored.
+
+A drawn permutation holds 4 bytes per record in memory and takes seconds per 10^7 records to draw,
+once per source and epoch, at start-up and at every epoch's start: minutes and gigabytes at 10^9
+records. Here position `i` of epoch `e` maps to a record by a Feistel network over the smallest
+power-of-four domain that holds the records, keyed by (seed, source, epoch), with cycle walking
+(a value at or past the record count is mapped again until it falls inside): a bijection of
+[0, records) whatever the keys, so an epoch still reads every record exactly once. Looking up a
+position costs a few integer mixes and nothing depends on how far the run has gone; the planner
+asks for positions in order, so it computes them a block at a time with numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.prepare.splitmix import splitmix64
+
+_ROUNDS = 6  # Feistel rounds: 4 make a strong pseudo-random permutation; 2 more for small domains
+BLOCK = 4096  # positions computed at once by `EpochOrder`
+
+
+def _round_keys(seed: int, source: int, epoch: int) -> list[np.uint64]:
+    keys, state = [], np.uint64(0)
+    for value in (seed, source, epoch):
+        state = splitmix64(state ^ np.uint64(value))
+    for _ in range(_ROUNDS):
+        state = splitmix64(state)
+        keys.append(state)
+    return keys
+
+
+def permuted(positions: np.ndarray, records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+    """The records (int64) read at `positions` of epoch `epoch` of source `source`."""
+    if records < 1:
+        raise ValueError(f"a source has no records to order (records={records})")
+    half = (max(1, (records - 1).bit_length()) + 1) // 2
+    mask = np.uint64((1 << half) - 1)
+    shift = np.uint64(half)
+    keys = _round_keys(seed, source, epoch)
+
+    def feistel(x: np.ndarray) -> np.ndarray:
+        left, right = x >> shift, x & mask
+        for key in keys:
+            left, right = right, left ^ (splitmix64(right ^ key) & mask)
+        return (left << shift) | right
+
+    x = feistel(np.asarray(positions, np.uint64))
+    outside = np.flatnonzero(x >= np.uint64(records))
+    while len(outside):
+        x[outside] = feistel(x[outside])
+        outside = outside[x[outside] >= np.uint64(records)]
+    return x.astype(np.int64)
+
+
+def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+    """The whole order of epoch `epoch` of source `source`: the records in the order it reads them."""
+    return permuted(np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch)
+
+
+class EpochOrder:
+    """`record(epoch, position)` for one source, computed `BLOCK` positions at a time."""
+
+    def __init__(self, records: int, *, seed: int, source: int):
+        self._records = records
+        self._seed = seed
+        self._source = source
+        self._block: tuple[int, int, list[int]] | None = None  # (epoch, first position, its records)
+
+    def record(self, epoch: int, position: int) -> int:
+        first = position - position % BLOCK
+        if self._block is None or self._block[:2] != (epoch, first):
+            positions = np.arange(first, min(first + BLOCK, self._records), dtype=np.uint64)
+            order = permuted(positions, self._records, seed=self._seed, source=self._source, epoch=epoch)
+            self._block = epoch, first, order.tolist()
+        return self._block[2][position - first]
