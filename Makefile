@@ -32,7 +32,7 @@ demo: venv
 test: venv
 	$(PY) -m pytest -m "slow or not slow"
 
-# The fast tier alone (a few minutes on 2 cores).
+# The fast tier alone (under 6 minutes on 2 cores).
 test-fast: venv
 	$(PY) -m pytest
 
