@@ -234,7 +234,8 @@ def test_state_and_batches_do_not_depend_on_the_worker_count(prepared):
 def test_workers_hand_over_the_main_processes_int32_batches_for_ids_at_the_top_of_the_vocabulary(tmp_path, n_vocab):
     # Windows cross processes as uint16 when every id fits in it, as int32 otherwise.
     lengths = [int(n) for n in np.random.default_rng(1).integers(1, 120, 80)]
-    write_prepared(str(tmp_path), {"train": unique_documents(lengths, first_id=n_vocab - sum(lengths))}, n_vocab=n_vocab)
+    documents = unique_documents(lengths, first_id=n_vocab - sum(lengths))  # the vocabulary's last ids
+    write_prepared(str(tmp_path), {"train": documents}, n_vocab=n_vocab)
     cfg = config(str(tmp_path), packing="document", seq_len=48)
     reference = take(make_iterator(cfg), 40)  # more than an epoch
     assert max(int(b["targets"].max()) for b in reference) == n_vocab - 1
