@@ -5,7 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -73,6 +77,20 @@ def tree_bytes(root: str) -> dict[str, bytes]:
 def files_in_place(directory: str) -> int:
     """Files written whole in `directory`, not the dot-named temporaries of ones being written."""
     return len([n for n in os.listdir(directory) if not n.startswith(".")]) if os.path.isdir(directory) else 0
+
+
+def kill_prepare_part_way(args: list[str], *, done: Callable[[], int], at_least: int, timeout: float = 120,
+                          poll: float = 0.005, env: dict[str, str] | None = None) -> None:
+    """Starts `python -m pipeline prepare ARGS` in a process group of its own and SIGKILLs the whole
+    group (the launcher and its workers) once `done()` counts `at_least`, or after `timeout`."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=repo, env=env,
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and done() < at_least:
+        time.sleep(poll)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def run_outputs(root: str) -> dict[str, bytes]:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from conftest import run_prepare, tree_bytes
+from conftest import kill_prepare_part_way, run_prepare, tree_bytes
 from gcs_emulator import gcs_emulator_fixture
 from pipeline import storage
 from pipeline.corpus import write_corpus
@@ -116,16 +114,8 @@ def test_overwrite_on_gcs_replaces_only_what_prepare_wrote(bucket):
 def test_a_killed_run_on_gcs_resumes_to_the_same_bytes(bucket, local_run):
     source, out = bucket.url("raw/stories.txt"), bucket.url("killed")
     units = storage.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "prepare", "--input", source, "--output", out, *ARGS],
-        cwd=REPO, env=bucket.subprocess_env(), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(storage.list_files(units, ".json")) < 2:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_prepare_part_way(["--input", source, "--output", out, *ARGS], env=bucket.subprocess_env(),
+                          done=lambda: len(storage.list_files(units, ".json")), at_least=2, timeout=300, poll=0.05)
     done = len(storage.list_files(units, ".json"))
     assert done >= 2 and not storage.exists(storage.join(out, formats.MANIFEST_NAME))
     manifest = run_prepare([source], out, *ARGS)

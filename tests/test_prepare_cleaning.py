@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, files_in_place, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
+from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
 from pipeline.planted import near_copy, planted_corpus
 from pipeline.prepare.documents import DocumentPiece
 from pipeline.prepare.fingerprints import minhash, normalized, word_hashes
@@ -230,17 +228,11 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     run_prepare(inputs, clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, state_dir)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "prepare", *[a for p in inputs for a in ("--input", p)], *args,
-         "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-        cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    kill_prepare_part_way(
+        [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
+         "--direct_running_mode=multi_processing"],
+        done=lambda: files_in_place(watched), at_least=2, poll=0.002,
     )
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and files_in_place(watched) < 2:
-        time.sleep(0.002)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
     assert 0 < files_in_place(watched) < total, "the kill must land part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))

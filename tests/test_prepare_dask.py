@@ -6,18 +6,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import files_in_place, run_outputs, run_prepare, write_jsonl
+from conftest import files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher
 from schemas import formats
-from test_prepare_failures import REPO, cli, one_line_error
+from test_prepare_failures import cli, one_line_error
 
 DASK_RUNNER = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"
 
@@ -70,13 +67,7 @@ def test_dask_resumes_after_the_launcher_is_killed(scheduler, corpus, tmp_path):
     out = str(tmp_path / "killed")
     args = ["--input", corpus, "--output", out, *ARGS, DASK_RUNNER, f"--dask_client_address={scheduler}"]
     units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=REPO,
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and files_in_place(units_dir) < 2:
-        time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_prepare_part_way(args, done=lambda: files_in_place(units_dir), at_least=2)
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     result = cli(*args, timeout=300)
     assert result.returncode == 0, result.stderr

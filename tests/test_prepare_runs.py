@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 
-from conftest import files_in_place, run_outputs, run_prepare, tree_bytes
+from conftest import files_in_place, kill_prepare_part_way, run_outputs, run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
@@ -128,17 +126,8 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
 
     out = str(tmp_path / "killed")
     units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "prepare", *args, "--output", out,
-         "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-        cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and files_in_place(units_dir) < 3:
-        time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_prepare_part_way([*args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                          done=lambda: files_in_place(units_dir), at_least=3)
     done = files_in_place(units_dir)
     total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
     assert 0 < done < len(total), "the kill must land part-way"
