@@ -44,7 +44,7 @@ class PrepareConfig:
     skip_bad_files: bool = False
     hf_split: str = "train"
     hf_name: str | None = None
-    # Override the tokenizer's document boundary rule (pipeline/document_boundaries.py): a special
+    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a special
     # token put before / after each document; bos_token "none" puts none.
     bos_token: str | None = None
     eos_token: str | None = None

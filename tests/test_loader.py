@@ -12,7 +12,7 @@ import grain
 import numpy as np
 import pytest
 from conftest import read_split as read_records
-from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from synthetic import EOT_ID, unique_documents, write_prepared
 
 from pipeline.load.record_order import permutation
 from pipeline.load.loader import LoaderConfig, LoaderError, host_batch_size, make_dataset, make_iterator, open_prepared

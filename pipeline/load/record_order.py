@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.prepare.splitmix import splitmix64
+from pipeline.splitmix import splitmix64
 
 _ROUNDS = 6  # Feistel rounds: 4 make a strong pseudo-random permutation; 2 more for small domains
 BLOCK = 4096  # positions computed at once by `EpochOrder`
