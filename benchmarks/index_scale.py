@@ -66,7 +66,9 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
     opened = time.perf_counter() - start
     opened_mb = _resident_mb()
     start = time.perf_counter()
-    far = Position(10**6, (records * 3 // 2,), (0,))  # step 10^6, half way through the second epoch
+    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit once.
+    per_epoch = split.offsets()[1][-1] // 1025 if packing == "concat" else split.units(1024)[1][-1]
+    far = Position(10**6, (int(per_epoch) * 3 // 2,), (0,), (0,))
     planner.plan(far)
     resumed = time.perf_counter() - start
     start = time.perf_counter()

@@ -4,10 +4,14 @@
     -> the global plan of each step's batch                  (global_index: from lengths alone)
     -> this host's rows of it, read from ArrayRecord shards  (rows; in the prefetch workers)
 
+A batch's rows are drawn from the whole epoch (windows of the token stream for concat packing,
+records' short documents and long documents' pieces for document packing; see global_index).
+
 The global batch at step `s` depends on the data, the seed, `seq_len`, the global batch size, the
 packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
 `b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
-plan's position (a few integers, JSON, the same on every process). It fits
+plan's position (a few integers, JSON, the same on every process), with the version of the plan
+that gave it: a state of another version is refused, not read as a position in other batches. It fits
 `grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
 with any `shard_count` that divides the global batch and any `worker_count`: the restored
 iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
@@ -34,11 +38,11 @@ from pipeline.load.rows import (
     concat_rows,
     document_rows,
     new_window,
-    record_tokens,
     step_of,
     transport_dtype,
 )
 from schemas import formats
+from schemas.records import numpy_dtype
 from schemas.manifest import Manifest, ManifestError
 
 # Token ids leave the loader as int32 (what embedding lookups take).
@@ -218,6 +222,8 @@ class _HostRows:
         self._sources: list[grain.sources.ArrayRecordDataSource] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
         self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
+        self._dtype = numpy_dtype(manifests[0].dtype)
+        self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None, "_records": {}}
@@ -280,17 +286,16 @@ class _HostRows:
         plan, after = planner.plan(position)
         self._walked = (self._walked[0], after) if self._walked else None
         mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
-        dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
-        eot = self._manifests[0].tokenizer.eot_id
-        # A record in progress is taken up again by the next step: it is read once.
+        # A unit in progress is taken up again by the next step: its record is read once. Records are
+        # read whole (ArrayRecord's unit) and held as the bytes read; only the pieces are copied.
         last, records = self._records, {}
         for key in set(zip(mine.source.tolist(), mine.record.tolist())):
-            records[key] = last[key] if key in last else record_tokens(self._sources[key[0]][key[1]], dtype, eot)
+            records[key] = last[key] if key in last else np.frombuffer(self._sources[key[0]][key[1]], self._dtype)
         self._records = records
         if self._config.packing == "concat":
             concat_rows(mine, records, batch, width=planner.width)
         else:
-            document_rows(mine, records, batch)
+            document_rows(mine, records, batch, eot_id=self._eot)
         return after
 
 
@@ -382,9 +387,16 @@ class _HostBatchIterator(grain.DatasetIterator):
         return batch_of(self._window, k)
 
     def get_state(self) -> dict[str, Any]:
-        return {"position": self._position.to_list()}
+        return {"position": self._position.to_list(), "version": formats.LOADER_STATE_VERSION}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        version = state.get("version", 1)
+        if version != formats.LOADER_STATE_VERSION:
+            raise LoaderError(
+                f"the loader state is a position in batches of loader version {version}; this loader is version "
+                f"{formats.LOADER_STATE_VERSION} and draws other batches, so resuming would train on other data; "
+                "resume with the release that saved it, or start a new run"
+            )
         self._close_reader()
         self._position = Position.from_list(state["position"])
 

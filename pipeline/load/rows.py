@@ -7,10 +7,10 @@ them from 1 within a row, `positions` counting tokens from 0 within one, and zer
 id 0) after them; a piece's inputs are the tokens one to the left of its targets in its record,
 the end-of-text id before a record's first.
 
-A record is held as int32 after an end-of-text id (`record_tokens`), so a piece's inputs are the
-slice one to the left of its targets. A batch holds a few dozen pieces of hundreds to thousands
-of tokens each, so each is copied as one slice: per-token index arrays measured a tenth faster
-on ~200-token documents and three to seven times slower on long ones.
+A record is held as the bytes read (a view of its stored dtype); only the pieces a batch takes are
+copied out, each as one slice: a window or piece of a long document is a small part of its record.
+Per-token index arrays measured a tenth faster on ~200-token documents and three to seven times
+slower on long ones.
 """
 
 from __future__ import annotations
@@ -27,16 +27,8 @@ CONCAT_FIELDS = ("inputs", "targets")
 DOCUMENT_FIELDS = (*CONCAT_FIELDS, "segment_ids", "positions")
 
 
-def record_tokens(data: bytes, dtype: np.dtype, eot_id: int) -> np.ndarray:
-    """A record's tokens as int32, after an end-of-text id: the input before its first token."""
-    tokens = np.empty(len(data) // dtype.itemsize + 1, np.int32)
-    tokens[0] = eot_id
-    tokens[1:] = np.frombuffer(data, dtype)
-    return tokens
-
-
 def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Iterator[tuple[np.ndarray, int, int, int, int, int]]:
-    """Each piece as (its record's `record_tokens`, source, start, length, dest, segment), in plain ints."""
+    """Each piece as (its record's tokens, source, start, length, dest, segment), in plain ints."""
     columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
     for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
         yield records[(source, record)], source, start, length, dest, segment
@@ -93,7 +85,7 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batc
     flat = np.empty(rows * width, np.int32)
     owner = np.empty(rows * width, np.int64) if SOURCE_TOKENS in batch else None
     for tokens, source, start, length, dest, _ in _pieces(plan, records):
-        flat[dest : dest + length] = tokens[start + 1 : start + 1 + length]
+        flat[dest : dest + length] = tokens[start : start + length]
         if owner is not None:
             owner[dest : dest + length] = source
     windows = flat.reshape(rows, width)
@@ -104,16 +96,22 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batc
         batch[SOURCE_TOKENS][:] = np.bincount(owner.ravel(), minlength=len(batch[SOURCE_TOKENS]))
 
 
-def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray]) -> None:
+def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
+                  eot_id: int) -> None:
     """Fills `batch` (one step of a `new_window`, zeroed) with the rows of `plan`, already clipped to
-    this host's rows, from `records[(source, record)]`."""
+    this host's rows, from `records[(source, record)]`; `eot_id` is the input before a record's
+    first token."""
     seq_len = batch["inputs"].shape[1]
     inputs, targets, segment_ids, positions = (batch[name].reshape(-1) for name in DOCUMENT_FIELDS)
     ramp = np.arange(seq_len, dtype=np.int32)
     for tokens, _, start, length, dest, segment in _pieces(plan, records):
         end = dest + length
-        inputs[dest:end] = tokens[start : start + length]
-        targets[dest:end] = tokens[start + 1 : start + 1 + length]
+        if start:
+            inputs[dest:end] = tokens[start - 1 : start - 1 + length]
+        else:
+            inputs[dest] = eot_id
+            inputs[dest + 1 : end] = tokens[: length - 1]
+        targets[dest:end] = tokens[start : start + length]
         segment_ids[dest:end] = segment
         positions[dest:end] = ramp[:length]
     if SOURCE_TOKENS in batch:

@@ -1,0 +1,76 @@
+"""What a batch holds: rows drawn from the whole epoch, not one long document's consecutive windows
+or pieces, and a mixture's token shares within a row of its weights from the first step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from test_loader_mixture import mixture, owners, sources  # noqa: F401 (a fixture)
+
+from pipeline.load.loader import LoaderConfig, make_iterator
+from pipeline.load.rows import SOURCE_TOKENS
+from schemas.records import DEFAULT_RECORD_TOKENS
+
+SEQ_LEN, ROWS, STEPS = 256, 16, 200
+
+
+@pytest.fixture(scope="module")
+def web_pages(tmp_path_factory) -> tuple[str, np.ndarray]:
+    """Pages of 2k to 40k tokens (8 to 160 rows each) among short ones, as prepare lays them out:
+    each long page a record of its own. Returns the directory and each page's first token id."""
+    rng = np.random.default_rng(11)
+    lengths = [int(n) for n in rng.integers(20, 400, 1500)] + [int(n) for n in rng.integers(2_000, 40_000, 60)]
+    order = rng.permutation(len(lengths))
+    documents = unique_documents([lengths[i] for i in order])
+    out = str(tmp_path_factory.mktemp("pages"))
+    write_prepared(out, {"train": documents}, record_tokens=DEFAULT_RECORD_TOKENS, num_shards=4)
+    return out, np.array([d[0] for d in documents])
+
+
+def rows_from_one_document(batch: dict[str, np.ndarray], firsts: np.ndarray) -> int:
+    """The most rows of the batch that one document fills the most of (a row's document: the one
+    most of its word tokens come from)."""
+    documents = []
+    real = batch["segment_ids"] > 0 if "segment_ids" in batch else np.ones(batch["targets"].shape, bool)
+    for targets, tokens in zip(batch["targets"], real):
+        words = targets[tokens & (targets != EOT_ID)]
+        if len(words):
+            documents.append(int(np.bincount(np.searchsorted(firsts, words, side="right") - 1).argmax()))
+    return int(np.bincount(documents).max())
+
+
+@pytest.mark.parametrize("packing", ["concat", "document"])
+def test_a_batch_holds_rows_of_many_documents_even_among_long_ones(web_pages, packing):
+    path, firsts = web_pages
+    config = LoaderConfig(path, seq_len=SEQ_LEN, global_batch_size=ROWS, packing=packing, shard_index=0,
+                          shard_count=1)
+    iterator = make_iterator(config)
+    try:
+        most = [rows_from_one_document(next(iterator), firsts) for _ in range(STEPS)]
+    finally:
+        iterator.close()
+    # Consecutive windows (or first-fit pieces) of a stream of whole records would put most of a
+    # batch's rows in one long page.
+    assert np.mean(most) <= 3, np.mean(most)
+    assert max(most) <= 6
+
+
+@pytest.mark.parametrize("packing", ["concat", "document"])
+@pytest.mark.parametrize("weights", [(0.7, 0.3), (0.2, 0.8)])
+def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, packing, weights):  # noqa: F811
+    # Books are records of one 300-900 token document each: far more than a row (32 tokens), and
+    # than a batch (4 rows). Choosing a source per record would miss the weights by as much.
+    config = LoaderConfig(mixture(sources, *weights), seq_len=32, global_batch_size=4, packing=packing,
+                          shard_index=0, shard_count=1)
+    iterator = make_iterator(config)
+    try:
+        taken = np.zeros(2, np.int64)
+        for step in range(20):
+            batch = next(iterator)
+            np.testing.assert_array_equal(batch[SOURCE_TOKENS], np.bincount(owners(batch), minlength=2))
+            taken += batch[SOURCE_TOKENS]
+            gaps = np.abs(taken - np.array(weights) * taken.sum())
+            assert (gaps <= 32).all(), f"step {step}: tokens {taken}, {gaps} from the weights"
+    finally:
+        iterator.close()
