@@ -8,7 +8,11 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
+# Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
+# kept each whole, one record of any length): same manifest, records read the same way, so the
+# loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
+READABLE_MANIFEST_VERSIONS = (3, 4)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.

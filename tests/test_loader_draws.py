@@ -8,7 +8,7 @@ import pytest
 from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader_mixture import mixture, owners, sources  # noqa: F401 (a fixture)
 
-from pipeline.load.loader import LoaderConfig, make_iterator
+from pipeline.load.loader import LoaderConfig, make_dataset, make_iterator
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.records import DEFAULT_RECORD_TOKENS
 
@@ -74,3 +74,29 @@ def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, pack
             assert (gaps <= 32).all(), f"step {step}: tokens {taken}, {gaps} from the weights"
     finally:
         iterator.close()
+
+
+def test_a_piece_over_records_is_one_segment_of_its_document(tmp_path):
+    # Records of 64 tokens, rows of 48: pieces of a long document start inside records and at their
+    # starts, and run over their ends.
+    documents = unique_documents([700, 30, 400, 5, 250])
+    write_prepared(str(tmp_path), {"train": documents}, record_tokens=64, num_shards=1)
+    config = LoaderConfig(str(tmp_path), seq_len=48, global_batch_size=4, packing="document", num_epochs=1,
+                          shard_index=0, shard_count=1)
+    stream = np.concatenate([np.append(d, EOT_ID) for d in documents])
+    position = {int(t): i for i, t in enumerate(stream) if t != EOT_ID}
+    pieces = 0
+    for batch in make_dataset(config):
+        for row in range(4):
+            ids = batch["segment_ids"][row]
+            for segment in np.unique(ids[ids > 0]):
+                mine = ids == segment
+                inputs, targets = batch["inputs"][row][mine], batch["targets"][row][mine]
+                np.testing.assert_array_equal(batch["positions"][row][mine], np.arange(mine.sum()))
+                at = position[int(targets[0])] if targets[0] != EOT_ID else position[int(inputs[0])] + 1
+                np.testing.assert_array_equal(targets, stream[at : at + len(targets)])
+                np.testing.assert_array_equal(inputs[1:], targets[:-1])
+                assert inputs[0] == (stream[at - 1] if at else EOT_ID)
+                pieces += 1
+    assert pieces > 20
+

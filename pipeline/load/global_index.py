@@ -173,9 +173,10 @@ class Planner:
         packing: str, num_epochs: int | None = None,
     ):
         draws = ConcatWindows if packing == "concat" else DocumentUnits
+        self._lengths = list(lengths)
         self._draws = [draws(split, seq_len=seq_len, seed=seed, source=k, num_epochs=num_epochs)
-                       for k, split in enumerate(lengths)]
-        self._units: dict[int, tuple[int, tuple[int, list[int], list[int]]]] = {}  # source -> (drawn, unit)
+                       for k, split in enumerate(self._lengths)]
+        self._units: dict[int, tuple[int, tuple[int, list[int], list[int], bool]]] = {}  # source -> (drawn, unit)
         self._stages = sorted(stages, key=lambda s: s.start)
         self._rows = rows
         self._packing = packing
@@ -225,13 +226,24 @@ class Planner:
             finished[k] += 1
             tokens[k] += width
 
-    def _unit(self, source: int, drawn: int) -> tuple[int, list[int], list[int]]:
+    def _unit(self, source: int, drawn: int) -> tuple[int, list[int], list[int], bool]:
         """The unit in progress of a source, kept: a unit's pieces are placed over several calls."""
         kept = self._units.get(source)
         if kept is None or kept[0] != drawn:
             kept = drawn, self._draws[source].unit(drawn)
             self._units[source] = kept
         return kept[1]
+
+    def _record_parts(self, pieces: list[int]) -> list[int]:
+        """Pieces (six ints each, StepPlan's order) with those that run past their record's end cut
+        into each record's part, one after another in the row, under the same segment id."""
+        out: list[int] = []
+        for at in range(0, len(pieces), 6):
+            source, record, start, length, dest, segment = pieces[at : at + 6]
+            for part, begin, n in self._lengths[source].parts(record, start, length):
+                out += (source, part, begin, n, dest, segment)
+                dest += n
+        return out
 
     def _document(self, weights: Sequence[float], finished: list[int], tokens: list[int], placed: list[int],
                   out: list | None) -> None:
@@ -241,8 +253,8 @@ class Planner:
         mixed = len(weights) > 1
         while True:
             k = next_source(weights, tokens, self.width) if mixed else 0
-            record, starts, lengths = self._unit(k, finished[k])
-            first = placed[k]
+            record, starts, lengths, spills = self._unit(k, finished[k])
+            first, mark = placed[k], len(out) if out is not None else 0
             if mixed:
                 spot = rows.fit(lengths[first])
                 if spot is not None and out is not None:
@@ -250,6 +262,8 @@ class Planner:
                 end = first if spot is None else first + 1
             else:
                 end = rows.place(k, record, starts, lengths, first, out)
+            if spills and out is not None:
+                out[mark:] = self._record_parts(out[mark:])
             tokens[k] += sum(lengths[first:end])
             placed[k] = end
             if end == len(lengths):

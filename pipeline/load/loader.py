@@ -219,6 +219,7 @@ class _HostRows:
         self.rows = host_batch_size(config)
         self._first_row = index * self.rows
         self._planner: Planner | None = None
+        self._lengths: list[SplitLengths] = []
         self._sources: list[grain.sources.ArrayRecordDataSource] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
         self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
@@ -226,14 +227,15 @@ class _HostRows:
         self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None, "_records": {}}
+        return {**self.__dict__, "_planner": None, "_lengths": [], "_sources": [], "_walked": None, "_records": {}}
 
     @property
     def planner(self) -> Planner:
         if self._planner is None:
             config = self._config
+            self._lengths = [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)]
             self._planner = Planner(
-                [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)],
+                self._lengths,
                 stages=mixture_stages(config.sources),
                 seed=config.seed,
                 seq_len=config.seq_len,
@@ -295,7 +297,11 @@ class _HostRows:
         if self._config.packing == "concat":
             concat_rows(mine, records, batch, width=planner.width)
         else:
-            document_rows(mine, records, batch, eot_id=self._eot)
+            before = {}
+            for source, record in records:
+                token = self._lengths[source].token_before(record)
+                before[(source, record)] = self._eot if token < 0 else token
+            document_rows(mine, records, batch, before=before)
         return after
 
 
