@@ -16,8 +16,6 @@ What a window holds comes from the lengths alone: the tokens before each record
 
 from __future__ import annotations
 
-import numpy as np
-
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.record_order import EndOfData, EpochOrder, rotation
 
@@ -26,9 +24,8 @@ class ConcatWindows:
     """The windows of one source, by draw: the `drawn`-th window the run takes from it."""
 
     def __init__(self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None):
-        self._offsets, self._before = lengths.offsets()
-        self._first_records = lengths.starts
-        self.tokens = int(self._before[-1])
+        self._lengths = lengths
+        self.tokens = int(lengths.offsets()[1][-1])
         self.width = seq_len + 1
         self._seed, self._source = seed, source
         self._order = EpochOrder(max(1, self.tokens // self.width), seed=seed, source=source)
@@ -69,24 +66,6 @@ class ConcatWindows:
             take = min(end - at, tokens - offset)
             while take:  # the epoch's stream turns round the split's end at most once
                 n = min(take, tokens - stored)
-                self._runs(stored, n, out)
+                out += self._lengths.runs(stored, n)
                 stored, take, at = 0, take - n, at + n
         return out
-
-    def _runs(self, at: int, n: int, out: list[tuple[int, int, int]]) -> None:
-        """Appends the records' runs of the split's tokens [at, at + n)."""
-        shard = int(np.searchsorted(self._before, at, side="right")) - 1
-        local = at - int(self._before[shard])
-        offsets = self._offsets[shard]
-        record = int(np.searchsorted(offsets, local, side="right")) - 1
-        while n:
-            if record == len(offsets) - 1:  # past the shard's last record: the next shard's first
-                shard, record, local = shard + 1, 0, 0
-                offsets = self._offsets[shard]
-                continue
-            start, stop = int(offsets[record]), int(offsets[record + 1])
-            take = min(n, stop - local)
-            out.append((int(self._first_records[shard]) + record, local - start, take))
-            n -= take
-            local += take
-            record += 1

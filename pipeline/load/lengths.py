@@ -232,19 +232,29 @@ class SplitLengths:
         then the split's total."""
         return self._per_shard(f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row))
 
-    def parts(self, record: int, start: int, length: int) -> list[tuple[int, int, int]]:
-        """(record, start, length) of each record's part of `length` tokens from token `start` of
-        `record` (past its end, in the records after it)."""
-        shard, local = self.locate(record)
-        offsets = self.offsets()[0][shard]
-        at = int(offsets[local]) + start
-        local = int(np.searchsorted(offsets, at, side="right")) - 1
+    def runs(self, at: int, length: int) -> list[tuple[int, int, int]]:
+        """(record, token offset in it, tokens) of each record's part of the split's tokens
+        [at, at + length), in order."""
+        offsets, before = self.offsets()
+        shard = int(np.searchsorted(before, at, side="right")) - 1
+        at -= int(before[shard])
+        local = int(np.searchsorted(offsets[shard], at, side="right")) - 1
         out = []
         while length:
-            begin, end = int(offsets[local]), int(offsets[local + 1])
+            if local == len(offsets[shard]) - 1:  # past the shard's last record: the next shard's first
+                shard, local, at = shard + 1, 0, 0
+                continue
+            begin, end = int(offsets[shard][local]), int(offsets[shard][local + 1])
             take = min(length, end - at)
             out.append((int(self.starts[shard]) + local, at - begin, take))
             length -= take
             at += take
             local += 1
         return out
+
+    def parts(self, record: int, start: int, length: int) -> list[tuple[int, int, int]]:
+        """`runs` of `length` tokens from token `start` of `record` (past its end, in the records
+        after it)."""
+        shard, local = self.locate(record)
+        offsets, before = self.offsets()
+        return self.runs(int(before[shard]) + int(offsets[shard][local]) + start, length)
