@@ -17,8 +17,8 @@ SEQ_LEN, ROWS, STEPS = 256, 16, 200
 
 @pytest.fixture(scope="module")
 def web_pages(tmp_path_factory) -> tuple[str, np.ndarray]:
-    """Pages of 2k to 40k tokens (8 to 160 rows each) among short ones, as prepare lays them out:
-    each long page a record of its own. Returns the directory and each page's first token id."""
+    """Pages of 2k to 40k tokens (8 to 160 rows each) among short ones, in records as prepare lays
+    them out. Returns the directory and each page's first token id."""
     rng = np.random.default_rng(11)
     lengths = [int(n) for n in rng.integers(20, 400, 1500)] + [int(n) for n in rng.integers(2_000, 40_000, 60)]
     order = rng.permutation(len(lengths))

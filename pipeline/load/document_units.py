@@ -15,9 +15,8 @@ than a record runs on into the records after it, and so may a piece of it.
 
 from __future__ import annotations
 
+import bisect
 from itertools import accumulate
-
-import numpy as np
 
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.record_order import EndOfData, EpochOrder
@@ -42,17 +41,17 @@ class DocumentUnits:
         if self._num_epochs is not None and epoch >= self._num_epochs:
             raise EndOfData
         unit = self._order.record(epoch, at)
-        shard = int(np.searchsorted(self._before, unit, side="right")) - 1
+        shard = bisect.bisect_right(self._before, unit) - 1
         units = self._units[shard]
-        local = unit - int(self._before[shard])
-        record = int(np.searchsorted(units, local, side="right")) - 1
+        local = unit - self._before[shard]
+        record = int(units.searchsorted(local, side="right")) - 1
         which = local - int(units[record])
         lengths = self._lengths
         firsts = lengths.firsts[shard]
         docs = lengths.docs[shard][int(firsts[record]) : int(firsts[record + 1])].tolist()
         size = self._seq_len
         split_record = int(lengths.starts[shard]) + record
-        starts = list(accumulate(docs[:-1], initial=lengths.lead_of(split_record)))
+        starts = list(accumulate(docs[:-1], initial=lengths.lead_of(shard, record)))
         spills = starts[-1] + docs[-1] > self._record_tokens(shard, record)
         if max(docs) <= size:  # the common case: one unit of whole documents
             return split_record, starts, docs, spills

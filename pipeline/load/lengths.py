@@ -25,10 +25,12 @@ per document and 32 to 40 per record on disk, and in memory only the pages a ste
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 import grain
 import numpy as np
@@ -173,11 +175,15 @@ class SplitLengths:
     def of(cls, root: str, manifest: Manifest, split: str) -> SplitLengths:
         shards = manifest.shards_of(split)
         eot = manifest.tokenizer.eot_id
-        arrays = [shard_lengths(root, s, manifest.dtype, eot) for s in shards]
+        return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards], eot)
+
+    @classmethod
+    def of_shards(cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], eot_id: int) -> SplitLengths:
+        """The split of these shards, from each one's `shard_lengths`."""
         starts = np.concatenate(([0], np.cumsum([s.records for s in shards]))).astype(np.int64)
         column = lambda name: tuple(a[name] for a in arrays)  # noqa: E731
         return cls(column("docs"), column("firsts"), starts, column("offsets"), column("lead"), column("before"),
-                   tuple(entry_prefix(s, eot) for s in shards))
+                   tuple(entry_prefix(s, eot_id) for s in shards))
 
     @property
     def records(self) -> int:
@@ -185,8 +191,11 @@ class SplitLengths:
 
     def locate(self, record: int) -> tuple[int, int]:
         """(shard, index within it) of a record of the split."""
-        shard = int(np.searchsorted(self.starts, record, side="right")) - 1
-        return shard, record - int(self.starts[shard])
+        if "starts" not in self._derived:
+            self._derived["starts"] = self.starts.tolist()
+        starts = self._derived["starts"]
+        shard = bisect.bisect_right(starts, record) - 1
+        return shard, record - starts[shard]
 
     def documents(self, record: int) -> np.ndarray:
         """Lengths of the documents that start in a record (its index in the split), in order."""
@@ -194,12 +203,9 @@ class SplitLengths:
         firsts = self.firsts[shard]
         return np.asarray(self.docs[shard][int(firsts[local]) : int(firsts[local + 1])], dtype=np.int64)
 
-    def lead_of(self, record: int) -> int:
-        """Tokens the record begins with that continue a document started before it."""
-        if not self.lead:
-            return 0
-        shard, local = self.locate(record)
-        return int(self.lead[shard][local])
+    def lead_of(self, shard: int, local: int) -> int:
+        """Tokens record `local` of shard `shard` begins with that continue a document started before it."""
+        return int(self.lead[shard][local]) if self.lead else 0
 
     def token_before(self, record: int) -> int:
         """The token before the record's first where it continues a document, else -1."""
@@ -208,7 +214,7 @@ class SplitLengths:
         shard, local = self.locate(record)
         return int(self.before[shard][local])
 
-    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], list[int]]:
         """Each shard's array `name` (counts before each record, from `derive(shard)`), and the
         split's counts before each shard then its total."""
         if name not in self._derived:
@@ -216,18 +222,17 @@ class SplitLengths:
                 _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k))
                 for k in range(len(self.docs))
             )
-            before = np.concatenate(([0], np.cumsum([int(a[-1]) for a in arrays]))).astype(np.int64)
-            self._derived[name] = arrays, before
+            self._derived[name] = arrays, [0, *accumulate(int(a[-1]) for a in arrays)]
         return self._derived[name]
 
-    def offsets(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def offsets(self) -> tuple[tuple[np.ndarray, ...], list[int]]:
         """Tokens before each record of each shard, and the tokens before each shard then the
         split's total."""
         if self.offsets_of:
             return self._per_shard("offsets", lambda k: self.offsets_of[k])
         return self._per_shard("offsets", lambda k: record_offsets(self.docs[k], self.firsts[k]))
 
-    def units(self, row: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def units(self, row: int) -> tuple[tuple[np.ndarray, ...], list[int]]:
         """`record_units` of each shard for rows of `row` tokens, and the units before each shard
         then the split's total."""
         return self._per_shard(f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row))
@@ -236,9 +241,9 @@ class SplitLengths:
         """(record, token offset in it, tokens) of each record's part of the split's tokens
         [at, at + length), in order."""
         offsets, before = self.offsets()
-        shard = int(np.searchsorted(before, at, side="right")) - 1
-        at -= int(before[shard])
-        local = int(np.searchsorted(offsets[shard], at, side="right")) - 1
+        shard = bisect.bisect_right(before, at) - 1
+        at -= before[shard]
+        local = int(offsets[shard].searchsorted(at, side="right")) - 1
         out = []
         while length:
             if local == len(offsets[shard]) - 1:  # past the shard's last record: the next shard's first
@@ -257,4 +262,4 @@ class SplitLengths:
         after it)."""
         shard, local = self.locate(record)
         offsets, before = self.offsets()
-        return self.runs(int(before[shard]) + int(offsets[shard][local]) + start, length)
+        return self.runs(before[shard] + int(offsets[shard][local]) + start, length)
