@@ -197,7 +197,8 @@ def test_epochs_continue_the_stream_cut_and_drawn_anew(prepared):
     # The window across the epochs holds the first epoch's last tokens, then the second's first.
     left = coverage(first, 33, size) == 0
     tail = int(np.flatnonzero(left & ~np.roll(left, 1))[0])
-    np.testing.assert_array_equal(rows[inside][: left.sum()], np.concatenate([stream, stream])[tail : tail + left.sum()])
+    doubled = np.concatenate([stream, stream])
+    np.testing.assert_array_equal(rows[inside][: left.sum()], doubled[tail : tail + left.sum()])
     # The second epoch is cut elsewhere and drawn in another order.
     assert len(np.intersect1d(first, second)) < 0.05 * inside
 

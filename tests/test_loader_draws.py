@@ -8,6 +8,7 @@ import pytest
 from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader_mixture import mixture, owners, sources  # noqa: F401 (a fixture)
 
+from pipeline.load.blending import next_source
 from pipeline.load.loader import LoaderConfig, make_dataset, make_iterator
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.records import DEFAULT_RECORD_TOKENS
@@ -100,3 +101,19 @@ def test_a_piece_over_records_is_one_segment_of_its_document(tmp_path):
                 pieces += 1
     assert pieces > 20
 
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_blending_rule_keeps_every_source_within_a_row_of_its_weight(seed):
+    # Rows of equal size (concat) and pieces of 1 to a row's tokens (document), for 2 to 7 sources.
+    rng = np.random.default_rng(seed)
+    row = 64
+    for _ in range(10):
+        weights = rng.dirichlet(np.ones(int(rng.integers(2, 8))) * rng.uniform(0.2, 3))
+        sizes = rng.choice([4, 20, 50, row], len(weights))
+        for pieces in (False, True):
+            taken = np.zeros(len(weights), np.int64)
+            for _ in range(300):
+                k = next_source(weights.tolist(), taken.tolist(), row)
+                taken[k] += min(row, int(rng.exponential(sizes[k])) + 1) if pieces else row
+                assert (np.abs(taken - weights * taken.sum()) <= row).all()

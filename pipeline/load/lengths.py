@@ -178,7 +178,9 @@ class SplitLengths:
         return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards], eot)
 
     @classmethod
-    def of_shards(cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], eot_id: int) -> SplitLengths:
+    def of_shards(
+        cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], eot_id: int
+    ) -> SplitLengths:
         """The split of these shards, from each one's `shard_lengths`."""
         starts = np.concatenate(([0], np.cumsum([s.records for s in shards]))).astype(np.int64)
         column = lambda name: tuple(a[name] for a in arrays)  # noqa: E731

@@ -11,8 +11,8 @@ The global batch at step `s` depends on the data, the seed, `seq_len`, the globa
 packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
 `b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
 plan's position (a few integers, JSON, the same on every process), with the version of the plan
-that gave it: a state of another version is refused, not read as a position in other batches. It fits
-`grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
+that gave it: a state of another version is refused, not read as a position in other batches. It
+fits `grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
 with any `shard_count` that divides the global batch and any `worker_count`: the restored
 iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
 """
@@ -32,6 +32,7 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
+from pipeline.load.record_reads import SplitRecords
 from pipeline.load.rows import (
     FIELDS,
     batch_of,
@@ -42,8 +43,8 @@ from pipeline.load.rows import (
     transport_dtype,
 )
 from schemas import formats
-from schemas.records import numpy_dtype
 from schemas.manifest import Manifest, ManifestError
+from schemas.records import numpy_dtype
 
 # Token ids leave the loader as int32 (what embedding lookups take).
 MAX_VOCAB = 2**31
@@ -220,7 +221,7 @@ class _HostRows:
         self._first_row = index * self.rows
         self._planner: Planner | None = None
         self._lengths: list[SplitLengths] = []
-        self._sources: list[grain.sources.ArrayRecordDataSource] = []
+        self._sources: list[SplitRecords] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
         self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
         self._dtype = numpy_dtype(manifests[0].dtype)
@@ -244,10 +245,8 @@ class _HostRows:
                 num_epochs=config.num_epochs,
             )
             self._sources = [
-                grain.sources.ArrayRecordDataSource(
-                    [f"{epath.Path(s.path) / shard.path}[0:{shard.records}]" for shard in m.shards_of(config.split)]
-                )
-                for s, m in zip(config.sources, self._manifests)
+                SplitRecords([str(epath.Path(s.path) / shard.path) for shard in m.shards_of(config.split)], lengths)
+                for s, m, lengths in zip(config.sources, self._manifests, self._lengths)
             ]
         return self._planner
 

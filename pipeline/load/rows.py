@@ -28,7 +28,9 @@ CONCAT_FIELDS = ("inputs", "targets")
 DOCUMENT_FIELDS = (*CONCAT_FIELDS, "segment_ids", "positions")
 
 
-def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Iterator[tuple[np.ndarray, tuple[int, int], int, int, int, int]]:
+def _pieces(
+    plan: StepPlan, records: dict[tuple[int, int], np.ndarray]
+) -> Iterator[tuple[np.ndarray, tuple[int, int], int, int, int, int]]:
     """Each piece as (its record's tokens, (source, record), start, length, dest, segment), in plain ints."""
     columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
     for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
