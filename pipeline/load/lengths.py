@@ -10,9 +10,9 @@ prepared again gets a fresh entry. Per shard the cache holds .npy files, opened 
     SHA256-firsts.npy     int64  [records + 1] index of the first document that starts in each
                                                record; the last entry is the document count
     SHA256-offsets.npy    int64  [records + 1] tokens before each record, then the shard's
-    SHA256-lead.npy       int64  [records]     tokens a record begins with that continue a
+    SHA256-lead.npy       int32  [records]     tokens a record begins with that continue a
                                                document started in an earlier record (0 if none)
-    SHA256-before.npy     int64  [records]     the token before each record's first, where the
+    SHA256-before.npy     int32  [records]     the token before each record's first, where the
                                                record continues a document; -1 where it starts one
     SHA256-units-L.npy    int64  [records + 1] document packing's units before each record, for
                                                rows of L tokens (`record_units`)
@@ -20,7 +20,8 @@ prepared again gets a fresh entry. Per shard the cache holds .npy files, opened 
 A document ends at its end-of-text id, whichever record that is in: a document longer than
 `record_tokens` spans several records (schemas/records.py). The units file is derived from the
 others (no read of the data) the first time document packing needs it. So the index costs 4 bytes
-per document and 32 to 40 per record on disk, and in memory only the pages a step touches.
+per document and 24 per record on disk (8 more per `seq_len` document packing is used with), and
+in memory only the pages a step touches.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def _scan(path: str, shard: ShardInfo, dtype: np.dtype, eot_id: int) -> dict[str
         "docs": docs,
         "firsts": firsts,
         "offsets": np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
-        "lead": np.where(before >= 0, runs[first_runs[:-1]], 0).astype(np.int64),
-        "before": before,
+        "lead": np.where(before >= 0, runs[first_runs[:-1]], 0).astype(np.int32),
+        "before": before.astype(np.int32),
     }
 
 
