@@ -163,7 +163,7 @@ class _UnitWriter:
             self.flush()
 
     def _add_piece(self, piece: DocumentPiece) -> None:
-        """A cut document's pieces stay in order, each a record of its own, all in the split of its
+        """A cut document's pieces stay in order, each starting a record, all in the split of its
         first piece."""
         self.flush()
         if piece.first:
