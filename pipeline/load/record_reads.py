@@ -1,9 +1,11 @@
 """One record of a split at a time: ArrayRecord's reader of each shard, opened at its first read.
 
 A batch's rows come from all over the epoch, so the loader reads a record per row, at random.
-Grain's ArrayRecordDataSource adds its own bookkeeping to each such read (its statistics, finding
-the shard, a list built and taken apart), about a tenth of the read of an 8,192-token record; the
-readers here are opened as it opens them (read-ahead off: random access).
+The readers are opened as ArrayRecord's documentation advises for random access (no read-ahead, no
+thread pool) and read by `seek` and `read()`, which decodes one chunk. The indexed `read([i])`
+that Grain's ArrayRecordDataSource uses sets up a parallel read per call over a list as long as the
+shard's chunks: for 1,024-token records it measured 4.0 us in shards of 300 records, 13 us in
+shards of 5,000 and 94 us in shards of 50,000, against 3.2, 3.8 and 4.4 us here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from pipeline.load.lengths import SplitLengths
 
-_READER_OPTIONS = "readahead_buffer_size:0"
+_READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
 _FILE_BUFFER = 32768  # bytes: a record of 8,192 uint16 tokens is 16 KiB
 
 
@@ -31,4 +33,5 @@ class SplitRecords:
             reader = self._readers[shard] = ArrayRecordReader(
                 self._paths[shard], _READER_OPTIONS, file_reader_buffer_size=_FILE_BUFFER
             )
-        return reader.read([local])[0]
+        reader.seek(local)
+        return reader.read()
