@@ -63,7 +63,7 @@ def test_realized_shares_follow_each_stage(packing):
 def test_host_rows_are_the_clipped_pieces_of_the_global_plan():
     planner = Planner([random_split(0, 40)], stages=[Stage(0, (1.0,))], seed=0, seq_len=16, rows=6, packing="concat")
     plan, _ = planner.plan(Position.start(1))
-    parts = [plan.rows(first, first + 2, planner.width) for first in (0, 2, 4)]
+    parts = [plan.rows(first, first + 2, rows=6, width=planner.width) for first in (0, 2, 4)]
     assert sum(int(p.length.sum()) for p in parts) == int(plan.length.sum()) == 6 * 17
     for p in parts:
         assert p.dest.min() == 0 and int((p.dest + p.length).max()) == 2 * 17
@@ -99,7 +99,7 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
     lengths = [int(n) for n in rng.integers(1, width + 1, 40 * rows)]
     tree = FirstFitRows(rows, width)
     out: list[int] = []
-    stop = tree.place(0, 0, list(range(len(lengths))), lengths, 0, out)
+    stop = tree.place(lengths, 0, len(lengths), out)
     room, expected = [width] * rows, []
     for n in lengths:
         row = next((r for r in range(rows) if room[r] >= n), None)
@@ -108,4 +108,5 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
         expected.append((row * width + width - room[row], sum(1 for d, _ in expected if d // width == row) + 1))
         room[row] -= n
     assert stop == len(expected) < len(lengths)
-    assert [(dest, segment) for dest, segment in zip(out[4::6], out[5::6])] == expected
+    assert out[::3] == list(range(stop))
+    assert [(dest, segment) for dest, segment in zip(out[1::3], out[2::3])] == expected

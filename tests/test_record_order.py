@@ -40,8 +40,8 @@ def test_positions_looked_up_a_block_at_a_time_match_the_whole_order():
     records = 3 * BLOCK + 5
     whole = permutation(records, seed=2, source=4, epoch=1)
     order = EpochOrder(records, seed=2, source=4)
-    positions = [0, 1, BLOCK - 1, BLOCK, records - 1, 5, 2 * BLOCK + 3]
-    assert [order.record(1, p) for p in positions] == [int(whole[p]) for p in positions]
-    assert order.record(0, 5) == int(permutation(records, seed=2, source=4, epoch=0)[5])
+    for start, stop in ((0, 1), (BLOCK - 3, BLOCK + 2), (5, 2 * BLOCK + 9), (records - 1, records), (7, 7)):
+        np.testing.assert_array_equal(order.records(1, start, stop), whole[start:stop])
+    np.testing.assert_array_equal(order.records(0, 5, 6), permutation(records, seed=2, source=4, epoch=0)[5:6])
     np.testing.assert_array_equal(permuted(np.array([7, 3], np.uint64), records, seed=2, source=4, epoch=1),
                                   whole[[7, 3]])

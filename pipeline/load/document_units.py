@@ -11,63 +11,121 @@ Units are found from the lengths alone: the units before each record (`SplitLeng
 this `seq_len`) say which record a unit is in (the one its documents start in), and the lengths of
 the documents that start in the record which of them or of their pieces it is. A document longer
 than a record runs on into the records after it, and so may a piece of it.
+
+The first fit that places pieces is sequential, but which pieces a draw holds is not: the units of
+`DECODED` consecutive draws are found at once, with numpy, and the walk reads their pieces' lengths
+from plain lists.
 """
 
 from __future__ import annotations
 
-import bisect
-from itertools import accumulate
+import numpy as np
 
-from pipeline.load.lengths import SplitLengths
+from pipeline.load.lengths import SplitLengths, by_shard
 from pipeline.load.record_order import EndOfData, EpochOrder
+
+DECODED = 256  # draws whose units are found at once
+
+
+class UnitBlock:
+    """The units of draws [first, first + DECODED) of a source (fewer at an epoch's end).
+
+    Unit `i` holds pieces `piece_first[i]` to `piece_first[i + 1]` (plain lists, for the first fit),
+    each `lengths[p]` tokens from token `start[p]` of record `record[p]`, which is token `at[p]` of
+    the split, in a record that ends at the split's token `end[p]` (a piece may run past it)."""
+
+    __slots__ = ("first", "piece_first", "lengths", "record", "start", "length", "at", "end", "_split")
+
+    def __init__(self, first: int, piece_first: np.ndarray, record: np.ndarray, start: np.ndarray,
+                 length: np.ndarray, at: np.ndarray, end: np.ndarray, split: SplitLengths):
+        self.first = first
+        self.piece_first: list[int] = piece_first.tolist()
+        self.lengths: list[int] = length.tolist()
+        self.record, self.start, self.length, self.at, self.end = record, start, length, at, end
+        self._split = split
+
+    def parts(self, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each record's part of these pieces, as arrays (index in `pieces`, record, token offset in
+        it, tokens), in order; a piece that runs past its record's end comes as one part per record."""
+        at, length = self.at[pieces], self.length[pieces]
+        if (at + length > self.end[pieces]).any():
+            return self._split.runs(at, length)
+        return np.arange(len(pieces)), self.record[pieces], self.start[pieces], length
 
 
 class DocumentUnits:
-    """The units of one source, by draw: (record, start and length of each piece, whether a piece
-    runs past the record's end) of the `drawn`-th unit the run takes from it. Pieces are documents,
-    or `seq_len`-token pieces of a longer one; starts count from the record's first token."""
+    """The units of one source, by draw: `unit(d)` is the block holding the `d`-th unit the run takes
+    from it, and the unit's index in the block."""
 
     def __init__(self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None):
         self._lengths = lengths
         self._units, self._before = lengths.units(seq_len)
-        self._offsets = lengths.offsets()[0]
+        self._offsets, self._token_before = lengths.offsets()
         self.count = int(self._before[-1])
         self._seq_len = seq_len
         self._order = EpochOrder(self.count, seed=seed, source=source)
         self._num_epochs = num_epochs
+        self._blocks: tuple[UnitBlock, ...] = ()  # the last two decoded: a walk goes forward
 
-    def unit(self, drawn: int) -> tuple[int, list[int], list[int], bool]:
+    def unit(self, drawn: int) -> tuple[UnitBlock, int]:
+        """Raises EndOfData past the last epoch asked for."""
+        for block in self._blocks:
+            if 0 <= drawn - block.first < len(block.piece_first) - 1:
+                return block, drawn - block.first
         epoch, at = divmod(drawn, self.count)
         if self._num_epochs is not None and epoch >= self._num_epochs:
             raise EndOfData
-        unit = self._order.record(epoch, at)
-        shard = bisect.bisect_right(self._before, unit) - 1
-        units = self._units[shard]
-        local = unit - self._before[shard]
-        record = int(units.searchsorted(local, side="right")) - 1
-        which = local - int(units[record])
-        lengths = self._lengths
-        firsts = lengths.firsts[shard]
-        docs = lengths.docs[shard][int(firsts[record]) : int(firsts[record + 1])].tolist()
-        size = self._seq_len
-        split_record = int(lengths.starts[shard]) + record
-        starts = list(accumulate(docs[:-1], initial=lengths.lead_of(shard, record)))
-        spills = starts[-1] + docs[-1] > self._record_tokens(shard, record)
-        if max(docs) <= size:  # the common case: one unit of whole documents
-            return split_record, starts, docs, spills
-        short = [(s, n) for s, n in zip(starts, docs) if n <= size]
-        if short:
-            if which == 0:
-                return split_record, [s for s, _ in short], [n for _, n in short], spills
-            which -= 1
-        for start, n in zip(starts, docs):
-            if n > size:
-                pieces = -(-n // size)
-                if which < pieces:
-                    return split_record, [start + which * size], [min(size, n - which * size)], spills
-                which -= pieces
-        raise AssertionError(f"unit {unit} is past the units of record {split_record}")
+        first = at - at % DECODED
+        block = self._decode(epoch, first, min(first + DECODED, self.count))
+        self._blocks = (block, *self._blocks[:1])
+        return block, at - first
 
-    def _record_tokens(self, shard: int, record: int) -> int:
-        offsets = self._offsets[shard]
-        return int(offsets[record + 1]) - int(offsets[record])
+    def _decode(self, epoch: int, first: int, stop: int) -> UnitBlock:
+        """The units at positions [first, stop) of epoch `epoch`."""
+        lengths, size = self._lengths, self._seq_len
+        units = self._order.records(epoch, first, stop)
+        count = len(units)
+        which, record, lead, first_doc, docs_in, begin, end = (np.empty(count, np.int64) for _ in range(7))
+        located = []
+        for shard, idx in by_shard(units, self._before):
+            shard_units = self._units[shard]
+            local = units[idx] - self._before[shard]
+            rec = shard_units.searchsorted(local, side="right") - 1
+            which[idx] = local - shard_units[rec]
+            record[idx] = lengths.starts[shard] + rec
+            lead[idx] = lengths.lead[shard][rec] if lengths.lead else 0
+            firsts = lengths.firsts[shard]
+            first_doc[idx], docs_in[idx] = firsts[rec], firsts[rec + 1] - firsts[rec]
+            offsets = self._offsets[shard]
+            begin[idx] = self._token_before[shard] + offsets[rec]
+            end[idx] = self._token_before[shard] + offsets[rec + 1]
+            located.append((shard, idx))
+        # The documents that start in each unit's record, unit after unit.
+        doc_first = np.cumsum(docs_in) - docs_in
+        unit_of = np.repeat(np.arange(count), docs_in)
+        docs = np.empty(len(unit_of), np.int64)
+        for shard, idx in located:
+            n = docs_in[idx]
+            ranks = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+            docs[np.repeat(doc_first[idx], n) + ranks] = lengths.docs[shard][np.repeat(first_doc[idx], n) + ranks]
+        before = np.cumsum(docs) - docs
+        doc_start = lead[unit_of] + before - before[doc_first][unit_of]  # from the record's first token
+        long = docs > size
+        has_short = np.add.reduceat(~long, doc_first) > 0
+        short_unit = has_short & (which == 0)
+        # A short unit: its record's documents that fit a row.
+        short = np.flatnonzero(~long & short_unit[unit_of])
+        # Any other unit: piece `which - has_short` of its record's longer documents, in order.
+        pieces = np.where(long, -(-docs // size), 0)
+        through = np.cumsum(pieces)
+        cut = np.flatnonzero(~short_unit)
+        target = (through - pieces)[doc_first[cut]] + which[cut] - has_short[cut]
+        doc = np.searchsorted(through, target, side="right")
+        piece = target - (through[doc] - pieces[doc])
+        unit = np.concatenate((unit_of[short], cut))
+        start = np.concatenate((doc_start[short], doc_start[doc] + piece * size))
+        length = np.concatenate((docs[short], np.minimum(size, docs[doc] - piece * size)))
+        order = np.argsort(unit, kind="stable")
+        unit, start, length = unit[order], start[order], length[order]
+        return UnitBlock(epoch * self.count + first, np.searchsorted(unit, np.arange(count + 1)), record[unit],
+                         start, length, begin[unit] + start, end[unit], lengths)

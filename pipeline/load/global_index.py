@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeline.load.blending import next_source
 from pipeline.load.concat_windows import ConcatWindows
-from pipeline.load.document_units import DocumentUnits
+from pipeline.load.document_units import DocumentUnits, UnitBlock
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.record_order import EndOfData
 
@@ -85,10 +85,10 @@ class Position:
 
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
-    """The pieces of one global batch, as parallel arrays: `length` tokens of record `record` of
-    source `source` from token `start`, placed at flat offset `dest` of the [rows, width] batch
-    (width: seq_len + 1 for concat, seq_len for document), with `segment` its segment id within
-    its row (document packing; 0 for concat)."""
+    """The pieces of consecutive global batches, as parallel arrays: `length` tokens of record
+    `record` of source `source` from token `start`, placed at flat offset `dest` of the [steps, rows,
+    width] batches (width: seq_len + 1 for concat, seq_len for document), with `segment` its segment
+    id within its row (document packing; 0 for concat). A piece never runs over a row's end."""
 
     source: np.ndarray
     record: np.ndarray
@@ -97,32 +97,35 @@ class StepPlan:
     dest: np.ndarray
     segment: np.ndarray
 
-    def rows(self, first: int, end: int, width: int) -> StepPlan:
-        """The pieces of rows [first, end), clipped to them, with `dest` counted from row `first`."""
-        lo, hi = first * width, end * width
-        keep = (self.dest < hi) & (self.dest + self.length > lo)
-        dest, length, start = self.dest[keep], self.length[keep], self.start[keep]
-        cut = np.maximum(lo - dest, 0)
-        length = np.minimum(dest + length, hi) - dest - cut
-        return StepPlan(self.source[keep], self.record[keep], start + cut, length, dest + cut - lo, self.segment[keep])
+    def rows(self, first: int, end: int, *, rows: int, width: int) -> StepPlan:
+        """The pieces of rows [first, end) of each batch of `rows` rows, with `dest` counted in the
+        [steps, end - first, width] batches of those rows."""
+        row, column = np.divmod(self.dest, width)
+        step, row = np.divmod(row, rows)
+        keep = (row >= first) & (row < end)
+        dest = ((step[keep] * (end - first) + row[keep] - first) * width) + column[keep]
+        return StepPlan(self.source[keep], self.record[keep], self.start[keep], self.length[keep], dest,
+                        self.segment[keep])
 
 
 class FirstFitRows:
     """The rows of a document batch as they fill, for first fit: the free room of each row in a max
     tree, so the first row with room for a piece is found in O(log rows) (a global batch holds
-    hundreds of rows, and a step thousands of documents)."""
+    hundreds of rows, and a step thousands of documents). `base`: the batch's flat offset among
+    the batches planned together."""
 
-    def __init__(self, rows: int, width: int):
+    def __init__(self, rows: int, width: int, base: int = 0):
         self._leaves = leaves = 1 << (rows - 1).bit_length()
         self._tree = tree = [0] * leaves + [width] * rows + [-1] * (leaves - rows)
         for k in range(leaves - 1, 0, -1):
             tree[k] = max(tree[2 * k], tree[2 * k + 1])
         self._width = width
+        self._base = base
         self._pieces = [0] * rows
 
     def fit(self, n: int) -> tuple[int, int] | None:
-        """Takes `n` tokens of the first row with room for them: (their flat offset in the batch,
-        their segment id in the row), or None if no row has room."""
+        """Takes `n` tokens of the first row with room for them: (their flat offset, their segment
+        id in the row), or None if no row has room."""
         tree, leaves = self._tree, self._leaves
         if tree[1] < n:
             return None
@@ -135,7 +138,7 @@ class FirstFitRows:
         tree[k] = room - n
         row = k - leaves
         self._pieces[row] += 1
-        spot = (row + 1) * self._width - room, self._pieces[row]
+        spot = self._base + (row + 1) * self._width - room, self._pieces[row]
         k //= 2
         while k:
             left, right = tree[2 * k], tree[2 * k + 1]
@@ -146,19 +149,18 @@ class FirstFitRows:
             k //= 2
         return spot
 
-    def place(self, source: int, record: int, starts: list[int], lengths: list[int], first: int,
-              out: list[int] | None) -> int:
-        """Places pieces `first`, `first + 1`, ... of a record, each in the first row with room for
-        it, up to the first that fits no row; returns that one's index (`len(lengths)` if all fit).
-        Appends each placed piece to `out` in StepPlan's order, unless None."""
+    def place(self, lengths: list[int], first: int, last: int, out: list[int] | None, *tag: int) -> int:
+        """Places pieces `first` to `last - 1` (of `lengths`) each in the first row with room for
+        it, up to the first that fits no row; returns that one's index (`last` if all fit). Appends
+        `(*tag, piece, offset, segment)` for each placed piece to `out`, unless None."""
         fit = self.fit
-        for j in range(first, len(lengths)):
+        for j in range(first, last):
             spot = fit(lengths[j])
             if spot is None:
                 return j
             if out is not None:
-                out += (source, record, starts[j], lengths[j], *spot)
-        return len(lengths)
+                out += (*tag, j, *spot)
+        return last
 
 
 class Planner:
@@ -166,6 +168,12 @@ class Planner:
 
     `num_epochs` (None: forever) ends the plan at the first batch that needs a unit of a later epoch
     of any source (`plan` and `advance` raise EndOfData).
+
+    A concat row's window is a function of the source's draw count alone, so the batches of many
+    steps are planned at once, with numpy; the counts at a step come from the blending rule, row by
+    row (for one source: `rows` a step). Document packing's first fit is sequential: its walk reads
+    the lengths of pieces found a block of draws at a time (`DocumentUnits`), and the pieces it
+    places become the plan's arrays at once, after the walk.
     """
 
     def __init__(
@@ -173,11 +181,10 @@ class Planner:
         packing: str, num_epochs: int | None = None,
     ):
         draws = ConcatWindows if packing == "concat" else DocumentUnits
-        self._lengths = list(lengths)
         self._draws = [draws(split, seq_len=seq_len, seed=seed, source=k, num_epochs=num_epochs)
-                       for k, split in enumerate(self._lengths)]
-        self._units: dict[int, tuple[int, tuple[int, list[int], list[int], bool]]] = {}  # source -> (drawn, unit)
+                       for k, split in enumerate(lengths)]
         self._stages = sorted(stages, key=lambda s: s.start)
+        self._new_stage = {s.start for s in self._stages if s.start}  # steps whose stage counts anew
         self._rows = rows
         self._packing = packing
         self.width = seq_len + 1 if packing == "concat" else seq_len
@@ -186,88 +193,132 @@ class Planner:
         return [s for s in self._stages if s.start <= step][-1].weights
 
     def plan(self, position: Position) -> tuple[StepPlan, Position]:
-        """Raises EndOfData when the batch cannot be completed within `num_epochs`."""
-        out: list[int] = []  # six ints per piece, in StepPlan's order
-        after = self._walk(position, out)
-        return StepPlan(*np.array(out, np.int64).reshape(-1, 6).T), after
+        """The batch at `position` and the position after it; raises EndOfData when the batch cannot
+        be completed within `num_epochs`."""
+        plan, positions = self.plan_steps(position, 1)
+        return plan, positions[0]
 
-    def advance(self, position: Position) -> Position:
-        """The position after the batch at `position`, without building its plan: what a reader
-        that skips the batch needs."""
-        return self._walk(position, None)
-
-    def _walk(self, position: Position, out: list | None) -> Position:
-        """Places the pieces of the batch at `position`, appending them to `out` unless None."""
-        step = position.step
-        tokens = list(position.stage_tokens)
-        if step and any(s.start == step for s in self._stages):
-            tokens = [0] * len(tokens)
-        weights = self._weights(step)
-        finished, placed = list(position.finished), list(position.placed)
+    def plan_steps(self, position: Position, steps: int) -> tuple[StepPlan, list[Position]]:
+        """The batches of `steps` steps from `position`, in one plan, and the position after each."""
         if self._packing == "concat":
-            self._concat(weights, finished, tokens, out)
-        else:
-            self._document(weights, finished, tokens, placed, out)
-        return Position(step + 1, tuple(finished), tuple(tokens), tuple(placed))
+            sources: list[int] = []
+            positions = self._concat(position, steps, sources)
+            return self._concat_plan(position, steps, sources), positions
+        out: list[int] = []  # five ints per piece placed: source, block, piece, dest, segment
+        blocks: dict[tuple[int, int], UnitBlock] = {}
+        positions = self._document(position, steps, out, blocks)
+        return self._document_plan(out, blocks), positions
 
-    def _concat(self, weights: Sequence[float], finished: list[int], tokens: list[int], out: list | None) -> None:
-        """Each row: the next window of the source `next_source` names."""
-        width, mixed = self.width, len(weights) > 1
-        for row in range(self._rows):
-            k = next_source(weights, tokens, width) if mixed else 0
-            windows = self._draws[k]
-            if out is None:
-                windows.check(finished[k])
+    def advance(self, position: Position, steps: int = 1) -> Position:
+        """The position `steps` batches after `position`, without building their plan: what a
+        reader that skips them needs."""
+        if self._packing == "concat":
+            return self._concat(position, steps, None)[-1]
+        return self._document(position, steps, None, None)[-1]
+
+    def steps(self, position: Position) -> int:
+        """How many complete batches the plan holds from `position` (`num_epochs` set)."""
+        if self._packing == "concat" and len(self._draws) == 1:
+            return max(0, (self._draws[0].limit - position.finished[0]) // self._rows)
+        count = 0
+        try:
+            while True:
+                position = self.advance(position)
+                count += 1
+        except EndOfData:
+            return count
+
+    def _concat(self, position: Position, steps: int, sources: list[int] | None) -> list[Position]:
+        """The positions after each of `steps` batches: each row takes the next window of the source
+        `next_source` names; appends each row's source to `sources` unless None (or one source)."""
+        finished, tokens = list(position.finished), list(position.stage_tokens)
+        width, rows = self.width, self._rows
+        limits = [windows.limit for windows in self._draws]
+        positions = []
+        for step in range(position.step, position.step + steps):
+            if step in self._new_stage:
+                tokens = [0] * len(tokens)
+            weights = self._weights(step)
+            if len(weights) == 1:
+                finished[0] += rows
+                tokens[0] += rows * width
             else:
-                dest = row * width
-                for record, start, length in windows.pieces(finished[k]):
-                    out += (k, record, start, length, dest, 0)
-                    dest += length
-            finished[k] += 1
-            tokens[k] += width
+                for _ in range(rows):
+                    k = next_source(weights, tokens, width)
+                    finished[k] += 1
+                    tokens[k] += width
+                    if sources is not None:
+                        sources.append(k)
+            if any(limit is not None and done > limit for limit, done in zip(limits, finished)):
+                raise EndOfData
+            positions.append(Position(step + 1, tuple(finished), tuple(tokens), position.placed))
+        return positions
 
-    def _unit(self, source: int, drawn: int) -> tuple[int, list[int], list[int], bool]:
-        """The unit in progress of a source, kept: a unit's pieces are placed over several calls."""
-        kept = self._units.get(source)
-        if kept is None or kept[0] != drawn:
-            kept = drawn, self._draws[source].unit(drawn)
-            self._units[source] = kept
-        return kept[1]
+    def _concat_plan(self, position: Position, steps: int, sources: list[int]) -> StepPlan:
+        """The windows of `steps` batches from `position`; `sources`: each row's source (empty for one)."""
+        width, total = self.width, steps * self._rows
+        row_source = np.array(sources, np.int64) if sources else np.zeros(total, np.int64)
+        parts = []
+        for k, windows in enumerate(self._draws):
+            rows = np.flatnonzero(row_source == k)
+            if not len(rows):
+                continue
+            which, record, start, length = windows.pieces(position.finished[k], len(rows))
+            offset = np.cumsum(length) - length
+            offset -= offset[np.searchsorted(which, which)]  # from the window's first run
+            parts.append((np.full(len(which), k), record, start, length, rows[which] * width + offset,
+                          np.zeros(len(which), np.int64)))
+        return StepPlan(*(np.concatenate(c) for c in zip(*parts)))
 
-    def _record_parts(self, pieces: list[int]) -> list[int]:
-        """Pieces (six ints each, StepPlan's order) with those that run past their record's end cut
-        into each record's part, one after another in the row, under the same segment id."""
-        out: list[int] = []
-        for at in range(0, len(pieces), 6):
-            source, record, start, length, dest, segment = pieces[at : at + 6]
-            for part, begin, n in self._lengths[source].parts(record, start, length):
-                out += (source, part, begin, n, dest, segment)
-                dest += n
-        return out
+    def _document(self, position: Position, steps: int, out: list[int] | None,
+                  blocks: dict[tuple[int, int], UnitBlock] | None) -> list[Position]:
+        """The positions after each of `steps` batches: pieces placed first fit into the rows until
+        one fits none, a unit's pieces at a time for one source, one piece at a time from the source
+        `next_source` names for a mixture. Appends each placed piece to `out` (and its block to
+        `blocks`) unless None."""
+        finished, tokens, placed = list(position.finished), list(position.stage_tokens), list(position.placed)
+        width, batch = self.width, self._rows * self.width
+        positions = []
+        for step in range(position.step, position.step + steps):
+            if step in self._new_stage:
+                tokens = [0] * len(tokens)
+            weights = self._weights(step)
+            mixed = len(weights) > 1
+            rows = FirstFitRows(self._rows, width, (step - position.step) * batch)
+            while True:
+                k = next_source(weights, tokens, width) if mixed else 0
+                block, i = self._draws[k].unit(finished[k])
+                lengths, unit = block.lengths, block.piece_first[i]
+                first, last = unit + placed[k], block.piece_first[i + 1]
+                if mixed:
+                    spot = rows.fit(lengths[first])
+                    end = first if spot is None else first + 1
+                    if spot is not None and out is not None:
+                        out += (k, block.first, first, *spot)
+                else:
+                    end = rows.place(lengths, first, last, out, k, block.first)
+                if out is not None and end > first:
+                    blocks[(k, block.first)] = block
+                tokens[k] += sum(lengths[first:end])
+                placed[k] = end - unit
+                if end == last:
+                    finished[k] += 1
+                    placed[k] = 0
+                elif end == first or not mixed:
+                    break
+            positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
+        return positions
 
-    def _document(self, weights: Sequence[float], finished: list[int], tokens: list[int], placed: list[int],
-                  out: list | None) -> None:
-        """Pieces first fit into the rows until one fits none: a unit's pieces at a time for one
-        source, one piece at a time from the source `next_source` names for a mixture."""
-        rows = FirstFitRows(self._rows, self.width)
-        mixed = len(weights) > 1
-        while True:
-            k = next_source(weights, tokens, self.width) if mixed else 0
-            record, starts, lengths, spills = self._unit(k, finished[k])
-            first, mark = placed[k], len(out) if out is not None else 0
-            if mixed:
-                spot = rows.fit(lengths[first])
-                if spot is not None and out is not None:
-                    out += (k, record, starts[first], lengths[first], *spot)
-                end = first if spot is None else first + 1
-            else:
-                end = rows.place(k, record, starts, lengths, first, out)
-            if spills and out is not None:
-                out[mark:] = self._record_parts(out[mark:])
-            tokens[k] += sum(lengths[first:end])
-            placed[k] = end
-            if end == len(lengths):
-                finished[k] += 1
-                placed[k] = 0
-            elif end == first or not mixed:
-                return
+    def _document_plan(self, out: list[int], blocks: dict[tuple[int, int], UnitBlock]) -> StepPlan:
+        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of `dest`."""
+        placed = np.array(out, np.int64).reshape(-1, 5)
+        parts = []
+        for (k, first), block in blocks.items():
+            mine = placed[(placed[:, 0] == k) & (placed[:, 1] == first)]
+            which, record, start, length = block.parts(mine[:, 2])
+            offset = np.cumsum(length) - length
+            offset -= offset[np.searchsorted(which, which)]  # from the piece's first part
+            parts.append((np.full(len(which), k), record, start, length, mine[which, 3] + offset, mine[which, 4]))
+        source, record, start, length, dest, segment = (np.concatenate(c) for c in zip(*parts))
+        order = np.argsort(dest)
+        return StepPlan(source[order], record[order], start[order], length[order], dest[order], segment[order])

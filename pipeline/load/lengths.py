@@ -206,63 +206,79 @@ class SplitLengths:
         firsts = self.firsts[shard]
         return np.asarray(self.docs[shard][int(firsts[local]) : int(firsts[local + 1])], dtype=np.int64)
 
-    def lead_of(self, shard: int, local: int) -> int:
-        """Tokens record `local` of shard `shard` begins with that continue a document started before it."""
-        return int(self.lead[shard][local]) if self.lead else 0
+    def tokens_before(self, records: np.ndarray) -> np.ndarray:
+        """The token before each record's first where the record continues a document, else -1."""
+        out = np.full(len(records), -1, np.int64)
+        if self.before:
+            for shard, idx in by_shard(records, self.starts):
+                out[idx] = self.before[shard][records[idx] - self.starts[shard]]
+        return out
 
-    def token_before(self, record: int) -> int:
-        """The token before the record's first where it continues a document, else -1."""
-        if not self.before:
-            return -1
-        shard, local = self.locate(record)
-        return int(self.before[shard][local])
-
-    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], list[int]]:
+    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Each shard's array `name` (counts before each record, from `derive(shard)`), and the
-        split's counts before each shard then its total."""
+        split's counts before each shard then its total (int64)."""
         if name not in self._derived:
             arrays = tuple(
                 _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k))
                 for k in range(len(self.docs))
             )
-            self._derived[name] = arrays, [0, *accumulate(int(a[-1]) for a in arrays)]
+            self._derived[name] = arrays, np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64)
         return self._derived[name]
 
-    def offsets(self) -> tuple[tuple[np.ndarray, ...], list[int]]:
+    def offsets(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Tokens before each record of each shard, and the tokens before each shard then the
         split's total."""
         if self.offsets_of:
             return self._per_shard("offsets", lambda k: self.offsets_of[k])
         return self._per_shard("offsets", lambda k: record_offsets(self.docs[k], self.firsts[k]))
 
-    def units(self, row: int) -> tuple[tuple[np.ndarray, ...], list[int]]:
+    def units(self, row: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """`record_units` of each shard for rows of `row` tokens, and the units before each shard
         then the split's total."""
         return self._per_shard(f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row))
 
-    def runs(self, at: int, length: int) -> list[tuple[int, int, int]]:
-        """(record, token offset in it, tokens) of each record's part of the split's tokens
-        [at, at + length), in order."""
+    def runs(self, at: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as arrays
+        (i, record, token offset in it, tokens), ordered by i and then by position."""
         offsets, before = self.offsets()
-        shard = bisect.bisect_right(before, at) - 1
-        at -= before[shard]
-        local = int(offsets[shard].searchsorted(at, side="right")) - 1
-        out = []
-        while length:
-            if local == len(offsets[shard]) - 1:  # past the shard's last record: the next shard's first
-                shard, local, at = shard + 1, 0, 0
-                continue
-            begin, end = int(offsets[shard][local]), int(offsets[shard][local + 1])
-            take = min(length, end - at)
-            out.append((int(self.starts[shard]) + local, at - begin, take))
-            length -= take
-            at += take
-            local += 1
-        return out
+        which, at, length = np.arange(len(at)), np.asarray(at, np.int64), np.asarray(length, np.int64)
+        cut: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        while len(which):  # cut where a shard ends (a window of the split's stream may run on)
+            take = np.minimum(length, before[np.searchsorted(before, at, side="right")] - at)
+            cut.append((which, at, take))
+            more = take < length
+            which, at, length = which[more], at[more] + take[more], length[more] - take[more]
+        which, at, length = (np.concatenate(c) for c in zip(*cut)) if len(cut) > 1 else cut[0]
+        parts = []
+        for shard, idx in by_shard(at, before):
+            shard_offsets = offsets[shard]
+            begin = at[idx] - before[shard]
+            end = begin + length[idx]
+            first = shard_offsets.searchsorted(begin, side="right") - 1
+            count = shard_offsets.searchsorted(end - 1, side="right") - first
+            if count.max() > 1:  # a run over several records: one part per record
+                run = np.repeat(np.arange(len(idx)), count)
+                record = first[run] + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+                idx, begin, end, first = idx[run], begin[run], end[run], record
+            record_begin = shard_offsets[first]
+            begin = np.maximum(begin, record_begin)
+            end = np.minimum(end, shard_offsets[first + 1])
+            parts.append((which[idx], self.starts[shard] + first, begin - record_begin, end - begin))
+        which, record, start, length = (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+        keep = length > 0  # an empty record inside a run
+        order = np.lexsort((record[keep], which[keep]))
+        return which[keep][order], record[keep][order], start[keep][order], length[keep][order]
 
-    def parts(self, record: int, start: int, length: int) -> list[tuple[int, int, int]]:
-        """`runs` of `length` tokens from token `start` of `record` (past its end, in the records
-        after it)."""
-        shard, local = self.locate(record)
-        offsets, before = self.offsets()
-        return self.runs(before[shard] + int(offsets[shard][local]) + start, length)
+
+def by_shard(values: np.ndarray, before: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Where values counted over a split (records, tokens or units, `before` each shard, then the
+    total) lie: each shard that holds some, with the indices of those values."""
+    shard = np.searchsorted(before, values, side="right") - 1
+    if not len(shard):
+        return []
+    low, high = int(shard.min()), int(shard.max())
+    if low == high:
+        return [(low, np.arange(len(shard)))]
+    order = np.argsort(shard, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(shard[order])) + 1)
+    return [(int(shard[group[0]]), group) for group in groups]

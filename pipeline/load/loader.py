@@ -39,7 +39,6 @@ from pipeline.load.rows import (
     concat_rows,
     document_rows,
     new_window,
-    step_of,
     transport_dtype,
 )
 from schemas import formats
@@ -60,6 +59,8 @@ _FOREVER = 2**62  # steps of a plan without num_epochs
 # model would not amortize. Batches do not depend on it.
 _WINDOW_TOKENS = 2**18
 _MAX_WINDOW = 64
+_RECORD_BITS = 40  # a record's index in its split, below its source's, in one int64 key
+_RECORD_MASK = (1 << _RECORD_BITS) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,12 +224,11 @@ class _HostRows:
         self._lengths: list[SplitLengths] = []
         self._sources: list[SplitRecords] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
-        self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
         self._dtype = numpy_dtype(manifests[0].dtype)
         self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_lengths": [], "_sources": [], "_walked": None, "_records": {}}
+        return {**self.__dict__, "_planner": None, "_lengths": [], "_sources": [], "_walked": None}
 
     @property
     def planner(self) -> Planner:
@@ -251,13 +251,12 @@ class _HostRows:
         return self._planner
 
     def position_before(self, start: Position, step: int) -> Position:
-        """The plan's position at `step`, walked from `start` (or from where the last walk stopped)."""
-        planner = self.planner
+        """The plan's position at `step`, moved from `start` (or from where the last walk stopped)."""
         position = start
         if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
             position = self._walked[1]
-        while position.step < step:
-            position = planner.advance(position)
+        if position.step < step:
+            position = self.planner.advance(position, step - position.step)
         self._walked = (start, position)
         return position
 
@@ -265,12 +264,7 @@ class _HostRows:
         """How many complete batches the plan holds from `start` (walks it when `num_epochs` is set)."""
         if self._config.num_epochs is None:
             return _FOREVER
-        position = start
-        try:
-            while True:
-                position = self.planner.advance(position)
-        except EndOfData:
-            return position.step - start.step
+        return self.planner.steps(start)
 
     def window(self, steps: int, *, narrow: bool) -> dict[str, np.ndarray]:
         """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place;
@@ -280,28 +274,29 @@ class _HostRows:
         return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
                           source_count=len(self._manifests), dtype=dtype)
 
-    def fill(self, position: Position, batch: dict[str, np.ndarray]) -> Position:
-        """Lays out this host's rows of the batch at `position` in `batch` (one step of a `window`);
-        returns the position after it."""
+    def fill(self, position: Position, window: dict[str, np.ndarray]) -> list[Position]:
+        """Lays out this host's rows of the batches from `position` in `window` (one batch per step of
+        a `window`); returns the position after each."""
         planner = self.planner
-        plan, after = planner.plan(position)
-        self._walked = (self._walked[0], after) if self._walked else None
-        mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
-        # A unit in progress is taken up again by the next step: its record is read once. Records are
-        # read whole (ArrayRecord's unit) and held as the bytes read; only the pieces are copied.
-        last, records = self._records, {}
-        for key in set(zip(mine.source.tolist(), mine.record.tolist())):
-            records[key] = last[key] if key in last else np.frombuffer(self._sources[key[0]][key[1]], self._dtype)
-        self._records = records
+        plan, positions = planner.plan_steps(position, len(window[FIELDS][0]))
+        self._walked = (self._walked[0], positions[-1]) if self._walked else None
+        mine = plan.rows(self._first_row, self._first_row + self.rows, rows=self._config.global_batch_size,
+                         width=planner.width)
+        # Records are read whole (ArrayRecord's unit), once per window, and held as the bytes read;
+        # only the parts are copied.
+        keys, which = np.unique(mine.source << _RECORD_BITS | mine.record, return_inverse=True)
+        records = [np.frombuffer(self._sources[key >> _RECORD_BITS][key & _RECORD_MASK], self._dtype)
+                   for key in keys.tolist()]
         if self._config.packing == "concat":
-            concat_rows(mine, records, batch, width=planner.width)
+            concat_rows(mine, records, which, window, width=planner.width)
         else:
-            before = {}
-            for source, record in records:
-                token = self._lengths[source].token_before(record)
-                before[(source, record)] = self._eot if token < 0 else token
-            document_rows(mine, records, batch, before=before)
-        return after
+            before = np.full(len(mine.record), self._eot, np.int64)
+            for source, lengths in enumerate(self._lengths):
+                heads = np.flatnonzero((mine.start == 0) & (mine.source == source))
+                token = lengths.tokens_before(mine.record[heads])
+                before[heads] = np.where(token < 0, self._eot, token)
+            document_rows(mine, records, which, window, before=before)
+        return positions
 
 
 class _Windows(grain.MapDataset):
@@ -326,11 +321,7 @@ class _Windows(grain.MapDataset):
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
         window = self._host.window(min(self._window, self._steps - first), narrow=self._narrow)
-        positions = []
-        for k in range(len(window[FIELDS][0])):
-            position = self._host.fill(position, step_of(window, k))
-            positions.append(position.to_list())
-        window[_POSITION] = positions
+        window[_POSITION] = [p.to_list() for p in self._host.fill(position, window)]
         return window
 
     def __str__(self) -> str:

@@ -77,21 +77,27 @@ def rotation(size: int, *, seed: int, source: int, epoch: int) -> int:
 
 
 class EpochOrder:
-    """`record(epoch, position)` for one source, computed `BLOCK` positions at a time. An epoch may
-    order another number of units than `records` (`size`): concat packing's epochs hold a number of
-    windows that depends on where the epoch's first one starts."""
+    """`records(epoch, start, stop)`: the units at positions [start, stop) of an epoch of one source,
+    computed `BLOCK` positions at a time. An epoch may order another number of units than `records`
+    (`size`): concat packing's epochs hold a number of windows that depends on where the epoch's
+    first one starts."""
 
     def __init__(self, records: int, *, seed: int, source: int):
         self._records = records
         self._seed = seed
         self._source = source
-        self._block: tuple[int, int, int, list[int]] | None = None  # (epoch, first position, size, its records)
+        self._block: tuple[int, int, int, np.ndarray] | None = None  # (epoch, first position, size, its records)
 
-    def record(self, epoch: int, position: int, size: int | None = None) -> int:
+    def records(self, epoch: int, start: int, stop: int, size: int | None = None) -> np.ndarray:
         size = self._records if size is None else size
-        first = position - position % BLOCK
-        if self._block is None or self._block[:3] != (epoch, first, size):
-            positions = np.arange(first, min(first + BLOCK, size), dtype=np.uint64)
-            order = permuted(positions, size, seed=self._seed, source=self._source, epoch=epoch)
-            self._block = epoch, first, size, order.tolist()
-        return self._block[3][position - first]
+        parts = []
+        while start < stop:
+            first = start - start % BLOCK
+            if self._block is None or self._block[:3] != (epoch, first, size):
+                positions = np.arange(first, min(first + BLOCK, size), dtype=np.uint64)
+                order = permuted(positions, size, seed=self._seed, source=self._source, epoch=epoch)
+                self._block = epoch, first, size, order
+            end = min(stop, first + BLOCK)
+            parts.append(self._block[3][start - first : end - first])
+            start = end
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)

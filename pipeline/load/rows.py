@@ -16,7 +16,6 @@ slower on long ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -28,13 +27,10 @@ CONCAT_FIELDS = ("inputs", "targets")
 DOCUMENT_FIELDS = (*CONCAT_FIELDS, "segment_ids", "positions")
 
 
-def _pieces(
-    plan: StepPlan, records: dict[tuple[int, int], np.ndarray]
-) -> Iterator[tuple[np.ndarray, tuple[int, int], int, int, int, int]]:
-    """Each piece as (its record's tokens, (source, record), start, length, dest, segment), in plain ints."""
-    columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
-    for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
-        yield records[(source, record)], (source, record), start, length, dest, segment
+def _parts(plan: StepPlan, records: list[np.ndarray], which: np.ndarray) -> zip:
+    """Each part as (its record's tokens, start, length, dest), in plain ints; `which`: the index in
+    `records` of each part's record."""
+    return zip([records[i] for i in which.tolist()], plan.start.tolist(), plan.length.tolist(), plan.dest.tolist())
 
 
 def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int,
@@ -80,46 +76,59 @@ def batch_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
     return batch
 
 
-def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
+def concat_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, window: dict[str, np.ndarray], *,
                 width: int) -> None:
-    """Fills `batch` (one step of a `new_window`) with the rows of `plan`, already clipped to this
-    host's rows, from `records[(source, record)]`."""
-    rows = len(batch["inputs"])
-    flat = np.empty(rows * width, np.int32)
-    owner = np.empty(rows * width, np.int64) if SOURCE_TOKENS in batch else None
-    for tokens, (source, _), start, length, dest, _ in _pieces(plan, records):
+    """Fills `window` (a `new_window`) with the rows of `plan`, already clipped to this host's rows:
+    part `i` comes from `records[which[i]]`."""
+    fields = np.asarray(window[FIELDS])
+    steps, rows = fields.shape[1:3]
+    flat = np.empty(steps * rows * width, fields.dtype)
+    for tokens, start, length, dest in _parts(plan, records, which):
         flat[dest : dest + length] = tokens[start : start + length]
-        if owner is not None:
-            owner[dest : dest + length] = source
-    windows = flat.reshape(rows, width)
-    batch["inputs"][:] = windows[:, :-1]
-    batch["targets"][:] = windows[:, 1:]
-    if owner is not None:
-        owner = owner.reshape(rows, width)[:, 1:]
-        batch[SOURCE_TOKENS][:] = np.bincount(owner.ravel(), minlength=len(batch[SOURCE_TOKENS]))
+    windows = flat.reshape(steps, rows, width)
+    fields[0] = windows[..., :-1]
+    fields[1] = windows[..., 1:]
+    if SOURCE_TOKENS in window:
+        # A row's targets are its window less the first token.
+        heads = plan.dest % width == 0
+        _count_sources(window, plan, plan.length - heads, rows * width)
 
 
-def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
-                  before: dict[tuple[int, int], int]) -> None:
-    """Fills `batch` (one step of a `new_window`, zeroed) with the rows of `plan`, already clipped to
-    this host's rows, from `records[(source, record)]`; `before[(source, record)]` is the input
-    before a record's first token (the end-of-text id, or the token a continued document has there)."""
-    seq_len = batch["inputs"].shape[1]
-    inputs, targets, segment_ids, positions = (batch[name].reshape(-1) for name in DOCUMENT_FIELDS)
-    ramp = np.arange(seq_len, dtype=np.int32)
-    previous = (-1, -1)  # (dest past the last part, its segment): a part that goes on from it
-    for tokens, key, start, length, dest, segment in _pieces(plan, records):
-        end = dest + length
+def document_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, window: dict[str, np.ndarray], *,
+                  before: np.ndarray) -> None:
+    """Fills `window` (a `new_window`, zeroed) with the rows of `plan`, already clipped to this host's
+    rows: part `i` comes from `records[which[i]]`, and where it starts its record, its first input
+    is `before[i]` (the end-of-text id, or the token a continued document has there)."""
+    fields = np.asarray(window[FIELDS])
+    seq_len = fields.shape[-1]
+    inputs, targets, segment_ids, positions = (fields[f].reshape(-1) for f in range(len(DOCUMENT_FIELDS)))
+    ramp = np.arange(seq_len, dtype=fields.dtype)
+    dest, length, segment = plan.dest, plan.length, plan.segment
+    # A part that goes on from the one before it (the same piece, in another record) goes on counting
+    # positions; segment ids count within a row, so a part goes on only from the last one in its row.
+    goes_on = np.zeros(len(dest), bool)
+    goes_on[1:] = (dest[1:] == dest[:-1] + length[:-1]) & (segment[1:] == segment[:-1]) & (dest[1:] % seq_len != 0)
+    begin = np.cumsum(length) - length
+    counted = begin - begin[np.maximum.accumulate(np.where(goes_on, 0, np.arange(len(dest))))]
+    for (tokens, start, n, at), segment_id, first, token in zip(
+        _parts(plan, records, which), segment.tolist(), counted.tolist(), before.tolist()
+    ):
+        end = at + n
         if start:
-            inputs[dest:end] = tokens[start - 1 : start - 1 + length]
+            inputs[at:end] = tokens[start - 1 : start - 1 + n]
         else:
-            inputs[dest] = before[key]
-            inputs[dest + 1 : end] = tokens[: length - 1]
-        targets[dest:end] = tokens[start : start + length]
-        segment_ids[dest:end] = segment
-        # Segment ids count within a row: a part goes on from the last one in its row, not another's.
-        first = positions[dest - 1] + 1 if previous == (dest, segment) and dest % seq_len else 0
-        positions[dest:end] = ramp[first : first + length]
-        previous = end, segment
-    if SOURCE_TOKENS in batch:
-        batch[SOURCE_TOKENS][:] = np.bincount(plan.source, plan.length, len(batch[SOURCE_TOKENS]))
+            inputs[at] = token
+            inputs[at + 1 : end] = tokens[: n - 1]
+        targets[at:end] = tokens[start : start + n]
+        segment_ids[at:end] = segment_id
+        positions[at:end] = ramp[first : first + n]
+    if SOURCE_TOKENS in window:
+        _count_sources(window, plan, length, len(fields[0, 0]) * seq_len)
+
+
+def _count_sources(window: dict[str, np.ndarray], plan: StepPlan, tokens: np.ndarray, batch: int) -> None:
+    """Each step's target tokens from each source: `tokens` of each part, in batches of `batch` flat tokens."""
+    counts = window[SOURCE_TOKENS]
+    steps, sources = counts.shape
+    slot = plan.dest // batch * sources + plan.source
+    counts[:] = np.bincount(slot, tokens, steps * sources).reshape(steps, sources)
