@@ -99,7 +99,7 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
     lengths = [int(n) for n in rng.integers(1, width + 1, 40 * rows)]
     tree = FirstFitRows(rows, width)
     out: list[int] = []
-    stop = tree.place(lengths, 0, len(lengths), out)
+    stop = tree.place(lengths, 0, len(lengths), out, 7, 9)
     room, expected = [width] * rows, []
     for n in lengths:
         row = next((r for r in range(rows) if room[r] >= n), None)
@@ -108,5 +108,5 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
         expected.append((row * width + width - room[row], sum(1 for d, _ in expected if d // width == row) + 1))
         room[row] -= n
     assert stop == len(expected) < len(lengths)
-    assert out[::3] == list(range(stop))
-    assert [(dest, segment) for dest, segment in zip(out[1::3], out[2::3])] == expected
+    assert out[0::5] == [7] * stop and out[1::5] == [9] * stop and out[2::5] == list(range(stop))
+    assert [(dest, segment) for dest, segment in zip(out[3::5], out[4::5])] == expected

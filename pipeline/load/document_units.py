@@ -24,7 +24,7 @@ import numpy as np
 from pipeline.load.lengths import SplitLengths, by_shard
 from pipeline.load.record_order import EndOfData, EpochOrder
 
-DECODED = 256  # draws whose units are found at once
+DECODED = 1024  # draws whose units are found at once
 
 
 class UnitBlock:
@@ -111,21 +111,23 @@ class DocumentUnits:
         before = np.cumsum(docs) - docs
         doc_start = lead[unit_of] + before - before[doc_first][unit_of]  # from the record's first token
         long = docs > size
-        has_short = np.add.reduceat(~long, doc_first) > 0
-        short_unit = has_short & (which == 0)
-        # A short unit: its record's documents that fit a row.
-        short = np.flatnonzero(~long & short_unit[unit_of])
-        # Any other unit: piece `which - has_short` of its record's longer documents, in order.
-        pieces = np.where(long, -(-docs // size), 0)
-        through = np.cumsum(pieces)
+        shorts = np.add.reduceat((~long).astype(np.int64), doc_first)  # per unit's record
+        short_unit = (shorts > 0) & (which == 0)
+        # Any other unit: piece `which - (shorts > 0)` of its record's longer documents, in order.
+        cuts = np.where(long, -(-docs // size), 0)
+        through = np.cumsum(cuts)
         cut = np.flatnonzero(~short_unit)
-        target = (through - pieces)[doc_first[cut]] + which[cut] - has_short[cut]
+        target = (through - cuts)[doc_first[cut]] + which[cut] - (shorts[cut] > 0)
         doc = np.searchsorted(through, target, side="right")
-        piece = target - (through[doc] - pieces[doc])
-        unit = np.concatenate((unit_of[short], cut))
-        start = np.concatenate((doc_start[short], doc_start[doc] + piece * size))
-        length = np.concatenate((docs[short], np.minimum(size, docs[doc] - piece * size)))
-        order = np.argsort(unit, kind="stable")
-        unit, start, length = unit[order], start[order], length[order]
-        return UnitBlock(epoch * self.count + first, np.searchsorted(unit, np.arange(count + 1)), record[unit],
-                         start, length, begin[unit] + start, end[unit], lengths)
+        piece = target - (through[doc] - cuts[doc])
+        # The pieces unit after unit: a short unit's documents that fit a row, or that one piece.
+        piece_first = np.concatenate(([0], np.cumsum(np.where(short_unit, shorts, 1))))
+        short = np.ones(piece_first[-1], bool)
+        short[piece_first[cut]] = False
+        from_short = np.flatnonzero(~long & short_unit[unit_of])
+        unit, start, length = (np.empty(len(short), np.int64) for _ in range(3))
+        unit[short], unit[~short] = unit_of[from_short], cut
+        start[short], start[~short] = doc_start[from_short], doc_start[doc] + piece * size
+        length[short], length[~short] = docs[from_short], np.minimum(size, docs[doc] - piece * size)
+        return UnitBlock(epoch * self.count + first, piece_first, record[unit], start, length, begin[unit] + start,
+                         end[unit], lengths)

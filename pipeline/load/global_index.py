@@ -28,6 +28,7 @@ or resume depends on how far the run has gone. See docs/global-index.md for figu
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 
@@ -119,47 +120,38 @@ class FirstFitRows:
         self._tree = tree = [0] * leaves + [width] * rows + [-1] * (leaves - rows)
         for k in range(leaves - 1, 0, -1):
             tree[k] = max(tree[2 * k], tree[2 * k + 1])
-        self._width = width
-        self._base = base
+        self._ends = [base + (row + 1) * width for row in range(rows)]  # flat offset past each row
         self._pieces = [0] * rows
 
-    def fit(self, n: int) -> tuple[int, int] | None:
-        """Takes `n` tokens of the first row with room for them: (their flat offset, their segment
-        id in the row), or None if no row has room."""
-        tree, leaves = self._tree, self._leaves
-        if tree[1] < n:
-            return None
-        k = 1
-        while k < leaves:
-            k *= 2
-            if tree[k] < n:
-                k += 1
-        room = tree[k]
-        tree[k] = room - n
-        row = k - leaves
-        self._pieces[row] += 1
-        spot = self._base + (row + 1) * self._width - room, self._pieces[row]
-        k //= 2
-        while k:
-            left, right = tree[2 * k], tree[2 * k + 1]
-            top = left if left > right else right
-            if tree[k] == top:
-                break
-            tree[k] = top
-            k //= 2
-        return spot
-
-    def place(self, lengths: list[int], first: int, last: int, out: list[int] | None, *tag: int) -> int:
+    def place(self, lengths: list[int], first: int, last: int, out: list[int] | None, source: int, block: int) -> int:
         """Places pieces `first` to `last - 1` (of `lengths`) each in the first row with room for
         it, up to the first that fits no row; returns that one's index (`last` if all fit). Appends
-        `(*tag, piece, offset, segment)` for each placed piece to `out`, unless None."""
-        fit = self.fit
+        (source, block, piece, its flat offset, its segment id in the row) for each placed piece to
+        `out`, unless None. The walk's inner loop: the tree is read and written inline."""
+        tree, leaves, ends, pieces = self._tree, self._leaves, self._ends, self._pieces
         for j in range(first, last):
-            spot = fit(lengths[j])
-            if spot is None:
+            n = lengths[j]
+            if tree[1] < n:
                 return j
+            k = 1
+            while k < leaves:  # down to the first leaf with room
+                k *= 2
+                if tree[k] < n:
+                    k += 1
+            room = tree[k]
+            value = tree[k] = room - n
+            row = k - leaves
+            pieces[row] += 1
             if out is not None:
-                out += (*tag, j, *spot)
+                out += (source, block, j, ends[row] - room, pieces[row])
+            while k > 1:  # up, while the parents' maximum changes
+                other = tree[k ^ 1]
+                if other > value:
+                    value = other
+                k >>= 1
+                if tree[k] == value:
+                    break
+                tree[k] = value
         return last
 
 
@@ -273,8 +265,9 @@ class Planner:
     def _document(self, position: Position, steps: int, out: list[int] | None,
                   blocks: dict[tuple[int, int], UnitBlock] | None) -> list[Position]:
         """The positions after each of `steps` batches: pieces placed first fit into the rows until
-        one fits none, a unit's pieces at a time for one source, one piece at a time from the source
-        `next_source` names for a mixture. Appends each placed piece to `out` (and its block to
+        one fits none, one piece at a time from the source `next_source` names for a mixture. One
+        source's pieces are placed in draw order, a block of units at a time: a unit's pieces follow
+        the one before's in its block. Appends each placed piece to `out` (and its block to
         `blocks`) unless None."""
         finished, tokens, placed = list(position.finished), list(position.stage_tokens), list(position.placed)
         width, batch = self.width, self._rows * self.width
@@ -288,23 +281,14 @@ class Planner:
             while True:
                 k = next_source(weights, tokens, width) if mixed else 0
                 block, i = self._draws[k].unit(finished[k])
-                lengths, unit = block.lengths, block.piece_first[i]
-                first, last = unit + placed[k], block.piece_first[i + 1]
-                if mixed:
-                    spot = rows.fit(lengths[first])
-                    end = first if spot is None else first + 1
-                    if spot is not None and out is not None:
-                        out += (k, block.first, first, *spot)
-                else:
-                    end = rows.place(lengths, first, last, out, k, block.first)
+                first = block.piece_first[i] + placed[k]
+                end = rows.place(block.lengths, first, first + 1 if mixed else block.piece_first[-1], out, k, block.first)
+                tokens[k] += sum(block.lengths[first:end])
+                i = bisect.bisect_right(block.piece_first, end) - 1  # the unit in progress
+                finished[k], placed[k] = block.first + i, end - block.piece_first[i]
                 if out is not None and end > first:
                     blocks[(k, block.first)] = block
-                tokens[k] += sum(lengths[first:end])
-                placed[k] = end - unit
-                if end == last:
-                    finished[k] += 1
-                    placed[k] = 0
-                elif end == first or not mixed:
+                if end == first or (not mixed and i < len(block.piece_first) - 1):
                     break
             positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
         return positions

@@ -26,7 +26,6 @@ in memory only the pages a step touches.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import os
 import tempfile
@@ -191,20 +190,6 @@ class SplitLengths:
     @property
     def records(self) -> int:
         return int(self.starts[-1])
-
-    def locate(self, record: int) -> tuple[int, int]:
-        """(shard, index within it) of a record of the split."""
-        if "starts" not in self._derived:
-            self._derived["starts"] = self.starts.tolist()
-        starts = self._derived["starts"]
-        shard = bisect.bisect_right(starts, record) - 1
-        return shard, record - starts[shard]
-
-    def documents(self, record: int) -> np.ndarray:
-        """Lengths of the documents that start in a record (its index in the split), in order."""
-        shard, local = self.locate(record)
-        firsts = self.firsts[shard]
-        return np.asarray(self.docs[shard][int(firsts[local]) : int(firsts[local + 1])], dtype=np.int64)
 
     def tokens_before(self, records: np.ndarray) -> np.ndarray:
         """The token before each record's first where the record continues a document, else -1."""

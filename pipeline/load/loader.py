@@ -225,6 +225,7 @@ class _HostRows:
         self._sources: list[SplitRecords] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
         self._dtype = numpy_dtype(manifests[0].dtype)
+        self._window_dtype = transport_dtype(manifests[0].tokenizer.n_vocab, config.seq_len)
         self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
@@ -266,13 +267,12 @@ class _HostRows:
             return _FOREVER
         return self.planner.steps(start)
 
-    def window(self, steps: int, *, narrow: bool) -> dict[str, np.ndarray]:
+    def window(self, steps: int, *, shared: bool) -> dict[str, np.ndarray]:
         """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place;
-        `narrow`: in the narrowest dtype that holds them, for a window that crosses processes."""
+        `shared`: in shared memory, for a window that crosses processes."""
         config = self._config
-        dtype = transport_dtype(self._manifests[0].tokenizer.n_vocab, config.seq_len) if narrow else np.dtype(np.int32)
         return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
-                          source_count=len(self._manifests), dtype=dtype)
+                          source_count=len(self._manifests), dtype=self._window_dtype, shared=shared)
 
     def fill(self, position: Position, window: dict[str, np.ndarray]) -> list[Position]:
         """Lays out this host's rows of the batches from `position` in `window` (one batch per step of
@@ -285,8 +285,10 @@ class _HostRows:
         # Records are read whole (ArrayRecord's unit), once per window, and held as the bytes read;
         # only the parts are copied.
         keys, which = np.unique(mine.source << _RECORD_BITS | mine.record, return_inverse=True)
-        records = [np.frombuffer(self._sources[key >> _RECORD_BITS][key & _RECORD_MASK], self._dtype)
-                   for key in keys.tolist()]
+        records = []
+        for source, split in enumerate(self._sources):
+            mask = keys >> _RECORD_BITS == source
+            records += map(self._tokens, split.read(keys[mask] & _RECORD_MASK))
         if self._config.packing == "concat":
             concat_rows(mine, records, which, window, width=planner.width)
         else:
@@ -299,17 +301,26 @@ class _HostRows:
         return positions
 
 
+    def _tokens(self, record: bytes) -> np.ndarray:
+        """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is as
+        wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len` over
+        65,535)."""
+        if self._dtype.itemsize == self._window_dtype.itemsize:
+            return np.frombuffer(record, self._window_dtype)
+        return np.frombuffer(record, self._dtype).astype(self._window_dtype)
+
+
 class _Windows(grain.MapDataset):
     """Element `j`: this host's rows of the batches at steps `start.step + j * window` onwards
     (`window` of them, fewer at the end of `steps`), as a `new_window`, with the position after each
     under `_POSITION`. Read in order, each reader walks the plan once."""
 
-    def __init__(self, host: _HostRows, start: Position, steps: int, *, narrow: bool):
+    def __init__(self, host: _HostRows, start: Position, steps: int, *, shared: bool):
         super().__init__()
         self._host = host
         self._start = start
         self._steps = steps
-        self._narrow = narrow
+        self._shared = shared
         self._window = max(1, min(_MAX_WINDOW, _WINDOW_TOKENS // (host.rows * host.planner.width)))
 
     def __len__(self) -> int:
@@ -320,7 +331,7 @@ class _Windows(grain.MapDataset):
             return self.slice(index)
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
-        window = self._host.window(min(self._window, self._steps - first), narrow=self._narrow)
+        window = self._host.window(min(self._window, self._steps - first), shared=self._shared)
         window[_POSITION] = [p.to_list() for p in self._host.fill(position, window)]
         return window
 
@@ -360,7 +371,7 @@ class _HostBatchIterator(grain.DatasetIterator):
         self._next_in_window = 0
 
     def _open(self) -> grain.DatasetIterator:
-        windows = _Windows(self._host, self._position, self._host.steps(self._position), narrow=self._worker_count > 0)
+        windows = _Windows(self._host, self._position, self._host.steps(self._position), shared=self._worker_count > 0)
         ds = windows.to_iter_dataset(_READ_OPTIONS)
         if self._worker_count:
             ds = grain.experimental.WithOptionsIterDataset(

@@ -1,4 +1,4 @@
-"""One record of a split at a time: ArrayRecord's reader of each shard, opened at its first read.
+"""Records of a split, one at a time: ArrayRecord's reader of each shard, opened at its first read.
 
 A batch's rows come from all over the epoch, so the loader reads a record per row, at random.
 The readers are opened as ArrayRecord's documentation advises for random access (no read-ahead, no
@@ -10,6 +10,7 @@ shards of 5,000 and 94 us in shards of 50,000, against 3.2, 3.8 and 4.4 us here.
 
 from __future__ import annotations
 
+import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from pipeline.load.lengths import SplitLengths
@@ -19,19 +20,22 @@ _FILE_BUFFER = 16384  # bytes: 2 to 8 us less per read than 32 KiB for records o
 
 
 class SplitRecords:
-    """`split[record]`: the bytes of a record of the split (its index in manifest order)."""
+    """`read(records)`: the bytes of records of the split (their indices in manifest order)."""
 
     def __init__(self, paths: list[str], lengths: SplitLengths):
         self._paths = paths
-        self._lengths = lengths
+        self._starts = lengths.starts  # the split's index of each shard's first record
         self._readers: list[ArrayRecordReader | None] = [None] * len(paths)
 
-    def __getitem__(self, record: int) -> bytes:
-        shard, local = self._lengths.locate(record)
-        reader = self._readers[shard]
-        if reader is None:
-            reader = self._readers[shard] = ArrayRecordReader(
-                self._paths[shard], _READER_OPTIONS, file_reader_buffer_size=_FILE_BUFFER
-            )
-        reader.seek(local)
-        return reader.read()
+    def read(self, records: np.ndarray) -> list[bytes]:
+        shards = np.searchsorted(self._starts, records, side="right") - 1
+        out = []
+        for shard, local in zip(shards.tolist(), (records - self._starts[shards]).tolist()):
+            reader = self._readers[shard]
+            if reader is None:
+                reader = self._readers[shard] = ArrayRecordReader(
+                    self._paths[shard], _READER_OPTIONS, file_reader_buffer_size=_FILE_BUFFER
+                )
+            reader.seek(local)
+            out.append(reader.read())
+        return out
