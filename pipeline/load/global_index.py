@@ -110,16 +110,16 @@ class StepPlan:
 
 
 class FirstFitRows:
-    """The rows of a document batch as they fill, for first fit: the free room of each row in a max
-    tree, so the first row with room for a piece is found in O(log rows) (a global batch holds
-    hundreds of rows, and a step thousands of documents). `base`: the batch's flat offset among
+    """The rows of a document batch as they fill, for first fit. The first row with room for a piece
+    is found by bisection in the running maximum of the rows' free room (nondecreasing), a C call
+    whatever the number of rows (a global batch holds hundreds, and a step thousands of documents).
+    Taking room from a row changes that maximum only up to the next row with as much room as it
+    had, which while rows fill in order is the row after it. `base`: the batch's flat offset among
     the batches planned together."""
 
     def __init__(self, rows: int, width: int, base: int = 0):
-        self._leaves = leaves = 1 << (rows - 1).bit_length()
-        self._tree = tree = [0] * leaves + [width] * rows + [-1] * (leaves - rows)
-        for k in range(leaves - 1, 0, -1):
-            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+        self._room = [width] * rows
+        self._most = [width] * rows  # the most room in rows 0 to r
         self._ends = [base + (row + 1) * width for row in range(rows)]  # flat offset past each row
         self._pieces = [0] * rows
 
@@ -127,31 +127,29 @@ class FirstFitRows:
         """Places pieces `first` to `last - 1` (of `lengths`) each in the first row with room for
         it, up to the first that fits no row; returns that one's index (`last` if all fit). Appends
         (source, block, piece, its flat offset, its segment id in the row) for each placed piece to
-        `out`, unless None. The walk's inner loop: the tree is read and written inline."""
-        tree, leaves, ends, pieces = self._tree, self._leaves, self._ends, self._pieces
+        `out`, unless None. The walk's inner loop: the lists are read and written inline."""
+        room, most, ends, pieces = self._room, self._most, self._ends, self._pieces
+        rows = len(room)
         for j in range(first, last):
             n = lengths[j]
-            if tree[1] < n:
+            if most[-1] < n:
                 return j
-            k = 1
-            while k < leaves:  # down to the first leaf with room
-                k *= 2
-                if tree[k] < n:
-                    k += 1
-            room = tree[k]
-            value = tree[k] = room - n
-            row = k - leaves
+            row = bisect.bisect_left(most, n)
+            had = room[row]
+            room[row] = had - n
             pieces[row] += 1
             if out is not None:
-                out += (source, block, j, ends[row] - room, pieces[row])
-            while k > 1:  # up, while the parents' maximum changes
-                other = tree[k ^ 1]
-                if other > value:
-                    value = other
-                k >>= 1
-                if tree[k] == value:
+                out += (source, block, j, ends[row] - had, pieces[row])
+            # Rows before `row` have less room than `n`: the maximum through `row` is theirs or its own.
+            top = most[row - 1] if row else 0
+            r = row
+            while r < rows and most[r] == had:
+                if room[r] > top:
+                    top = room[r]
+                if top == had:
                     break
-                tree[k] = value
+                most[r] = top
+                r += 1
         return last
 
 
