@@ -92,6 +92,14 @@ class TokenizerInfo:
     bos_id: int | None = None
     boundary: str = ""
 
+    def __post_init__(self) -> None:
+        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its own.
+        if self.bos_id is not None and self.bos_id == self.eot_id:
+            raise ValueError(
+                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents cannot be told apart; "
+                "prepare the data again with --bos-token none"
+            )
+
 
 @dataclasses.dataclass(frozen=True)
 class InputInfo:

@@ -110,8 +110,9 @@ class HFTokenizer:
                 self._config_text = f.read()
         config = json.loads(self._config_text) if self._config_text else None
         bos, eos, source = boundary_of(definition, config)
+        specials = {t.content for t in self._tokenizer.get_added_tokens_decoder().values() if t.special}
         self.boundary: Boundary = resolve_boundary(
-            spec=path, token_id=self._tokenizer.token_to_id, bos=bos, eos=eos, source=source,
+            spec=path, token_id=self._tokenizer.token_to_id, specials=specials, bos=bos, eos=eos, source=source,
             bos_flag=bos_flag, eos_flag=eos_flag,
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
