@@ -282,3 +282,25 @@ def test_a_tiktoken_special_id_that_is_also_an_ordinary_rank_is_refused(bpe, tmp
     open(spec, "w").write(json.dumps(data))
     with pytest.raises(tokenization.TokenizerError, match="id 300, which is also an ordinary token's rank"):
         tokenization.load_tokenizer(spec)
+
+
+@pytest.mark.parametrize("backend", ["tokenizers", "tiktoken"])
+def test_the_lengths_index_finds_every_document_at_its_bos_in_small_records(bpe, tmp_path, backend):
+    # Documents hold the boundary tokens' text and span several 16-token records: the index still
+    # finds exactly the documents written, each starting with the BOS and ending with the EOS.
+    from pipeline.load.lengths import SplitLengths
+    from pipeline.manifest_io import read_manifest
+
+    spec = bpe if backend == "tokenizers" else write_tiktoken_spec(bpe, str(tmp_path / "tt"))
+    texts = [f"story {i} says <s> and </s> and <|endoftext|> " + "word " * (i % 30) for i in range(26)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(corpus)], out, "--tokenizer", spec, "--bos-token", "<s>", "--eos-token", "</s>",
+                           "--record-tokens", "16")
+    assert manifest.totals["train"].documents == 26 and manifest.totals["train"].records > 26
+    lengths = SplitLengths.of(out, read_manifest(out), "train")
+    documents = np.split(np.concatenate(read_split(out)), np.cumsum(np.concatenate(lengths.docs))[:-1])
+    assert len(documents) == 26
+    bos, eos = SPECIALS.index("<s>"), SPECIALS.index("</s>")
+    assert all(d[0] == bos and d[-1] == eos and bos not in d[1:] and eos not in d[:-1] for d in documents)
