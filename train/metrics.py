@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pipeline.log_cadence import LogCadence
+from pipeline.log_cadence import LogCadence, format_count, format_duration
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"
@@ -74,23 +74,46 @@ def plot_losses(workdir: str) -> str:
     return path
 
 
+def progress_fields(row: dict, names: tuple[str, ...]) -> dict[str, str]:
+    """A logged step's row as short fields: loss, learning rate, tokens/s and a mixture's shares."""
+    fields = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tokens/s": format_count(row["tokens_per_s"])}
+    if len(names) > 1:
+        fields["mix"] = " ".join(f"{name} {row[f'source_share/{name}']:.2f}" for name in names)
+    return fields
+
+
+def eval_fields(evals: dict[str, float]) -> dict[str, str]:
+    return {name: f"{value:.4f}" for name, value in evals.items()}
+
+
 class PlainProgress:
-    """Training progress off a terminal: one plain line every 30 seconds or every tenth of the steps,
-    whichever comes first, and at the last step (the cadence of prepare's progress), instead of a
-    bar's carriage-return updates that a log file would keep as one endless line."""
+    """Training progress off a terminal: a plain line for a logged step every 30 seconds or every
+    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and formats),
+    with its metrics, the time so far and the ETA; and a line for every evaluation. A bar's
+    carriage-return updates would reach a log file as one endless line."""
 
-    def __init__(self, *, start: int, total: int, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, *, start: int, total: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self._total = total
-        self._stream = stream
+        self._stream = stream or sys.stderr
         self._clock = clock
-        self._cadence = LogCadence(total, done=start, now=clock())
-        self._postfix: dict[str, str] = {}
+        self._began = clock()
+        self._first: tuple[int, float] | None = None  # the first logged step: the rate leaves out compiling
+        self._cadence = LogCadence(total, done=start, now=self._began)
 
-    def set_postfix(self, postfix: dict[str, str]) -> None:
-        self._postfix = postfix
+    def row(self, step: int, fields: dict[str, str]) -> None:
+        """A logged step's metrics, as `progress_fields` gives them."""
+        now = self._clock()
+        first, at = self._first = self._first or (step, now)
+        if self._cadence.due(step, now, final=step == self._total):
+            eta = format_duration((now - at) / (step - first) * (self._total - step)) if step > first else "?"
+            self._line(step, {**fields, "elapsed": format_duration(now - self._began), "ETA": eta})
 
-    def step(self, step: int) -> None:
-        if self._cadence.due(step, self._clock(), final=step == self._total):
-            fields = " | ".join(f"{name} {value}" for name, value in self._postfix.items())
-            self._stream.write(f"step {step}/{self._total}" + (f" | {fields}" if fields else "") + "\n")
-            self._stream.flush()
+    def eval(self, step: int, fields: dict[str, str]) -> None:
+        self._line(step, fields)
+
+    def _line(self, step: int, fields: dict[str, str]) -> None:
+        text = " | ".join(f"{name} {value}" for name, value in fields.items())
+        self._stream.write(f"step {step}/{self._total} | {text}\n")
+        self._stream.flush()

@@ -9,6 +9,7 @@ import time
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from tqdm import tqdm
@@ -24,12 +25,12 @@ from pipeline.load import (
 from schemas.manifest import Manifest
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
-from train.host_batches import FedBatches
-from train.mesh import HostShards, global_batch, host_shards, make_mesh
-from train.metrics import MetricsLog, PlainProgress, peak_flops, plot_losses
+from train.host_batches import FedBatches, settle
+from train.mesh import HostShards, global_batch, host_shards, make_mesh, one_row_per_device
+from train.metrics import MetricsLog, PlainProgress, eval_fields, peak_flops, plot_losses, progress_fields
 from train.processes import agreed, check_same_everywhere
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
-from train.step import eval_step, learning_rate_schedule, make_optimizer, train_step
+from train.step import eval_step, learning_rate, make_optimizer, split, train_step
 
 
 def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
@@ -64,28 +65,31 @@ def host_data(
     )
 
 
-def eval_totals(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> tuple[float, float]:
+def eval_totals(
+    graphdef: nnx.GraphDef, state: nnx.State, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh
+) -> tuple[jax.Array, jax.Array]:
     """Summed loss and real-token count over the first `batches` validation batches (the same
-    batches every time); their ratio is the token-weighted mean loss."""
+    batches every time), still on the device; their ratio is the token-weighted mean loss."""
     iterator = iter(data)
-    loss_sum, tokens = 0.0, 0.0
+    loss_sum, tokens = jnp.zeros(()), jnp.zeros(())
     for _ in range(batches):
         host_batch = next(iterator)
         host_batch.pop(SOURCE_TOKENS, None)
-        batch_sum, batch_tokens = eval_step(model, global_batch(host_batch, mesh))
-        loss_sum, tokens = loss_sum + float(batch_sum), tokens + float(batch_tokens)
+        batch_sum, batch_tokens = eval_step(graphdef, state, global_batch(host_batch, mesh))
+        loss_sum, tokens = loss_sum + batch_sum, tokens + batch_tokens
     return loss_sum, tokens
 
 
 def evaluate(
-    model: GPT, eval_sets: dict[str, grain.IterDataset], batches: int, mesh: jax.sharding.Mesh
+    graphdef: nnx.GraphDef, state: nnx.State, eval_sets: dict[str, grain.IterDataset], batches: int,
+    mesh: jax.sharding.Mesh,
 ) -> dict[str, float]:
     """`eval_loss` over every source's validation batches, token-weighted, and with several sources
-    `eval_loss/NAME` for each."""
-    totals = {name: eval_totals(model, data, batches, mesh) for name, data in eval_sets.items()}
-    row = {"eval_loss": sum(s for s, _ in totals.values()) / max(sum(n for _, n in totals.values()), 1.0)}
+    `eval_loss/NAME` for each; one read from the device at the end."""
+    totals = jax.device_get({name: eval_totals(graphdef, state, data, batches, mesh) for name, data in eval_sets.items()})
+    row = {"eval_loss": sum(float(s) for s, _ in totals.values()) / max(sum(float(n) for _, n in totals.values()), 1.0)}
     if len(totals) > 1:
-        row.update({f"eval_loss/{name}": s / max(n, 1.0) for name, (s, n) in totals.items()})
+        row.update({f"eval_loss/{name}": float(s) / max(float(n), 1.0) for name, (s, n) in totals.items()})
     return row
 
 
@@ -140,13 +144,105 @@ def _open(config: TrainConfig) -> _Opened:
     return _Opened(data_identity(config, manifests), tokenizer, mesh, shards, iterator, eval_sets)
 
 
-def _mixture_log(names: tuple[str, ...], tokens: np.ndarray) -> tuple[dict[str, float], str]:
-    """The realized mixture so far: metrics (`source_share/NAME`) and a short text for the progress bar."""
-    shares = tokens / max(int(tokens.sum()), 1)
-    return (
-        {f"source_share/{name}": float(share) for name, share in zip(names, shares)},
-        " ".join(f"{name} {share:.2f}" for name, share in zip(names, shares)),
-    )
+def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
+    """What a run without validation data for some source should say once (nothing when
+    `--eval-batches 0` turned evaluation off)."""
+    missing = [name for name in config.source_names if name not in eval_sets]
+    if not config.eval_batches or not missing:
+        return None
+    if not eval_sets:
+        return "the data has no validation split (prepare --validation-fraction makes one): no evaluation"
+    return f"no validation split in {', '.join(missing)}: eval_loss covers {', '.join(eval_sets)} alone"
+
+
+class _Readings:
+    """Checked steps (logged, checkpointed, or the first) whose metrics are still on the device.
+
+    `read` takes them in order once a later step is queued, so the host waits for a step the
+    device has finished or is finishing while the next one runs: it never idles the device. Each
+    reading settles what the processes fed (their agreement, the mixture's tokens, the batch digest)
+    from the reports that came back with the step.
+    """
+
+    def __init__(self, config: TrainConfig, tokens_before: np.ndarray, start: int):
+        self._config = config
+        self._tokens_before = tokens_before
+        self._pending: list[tuple[int, bool, dict[str, jax.Array]]] = []
+        self._clock, self._clock_step = time.perf_counter(), start
+        peak = peak_flops(jax.devices()[0].device_kind)
+        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is known.
+        self._mfu_per_token = config.model.flops_per_token(config.seq_len) / (peak * jax.device_count()) if peak else None
+        self.source_tokens = tokens_before
+        self.rows: list[dict] = []  # the logged rows read, for the caller to write
+
+    def add(self, step: int, logged: bool, metrics: dict[str, jax.Array]) -> None:
+        self._pending.append((step, logged, metrics))
+
+    def read(self, *, through: int) -> None:
+        """Reads every pending step up to `through`, waiting for the device as needed."""
+        config = self._config
+        while self._pending and self._pending[0][0] <= through:
+            step, logged, metrics = self._pending.pop(0)
+            values = jax.device_get(metrics)
+            reports = np.ascontiguousarray(values["reports"]).view("<i8")
+            fed_tokens, digest = settle(reports, len(config.data), step=step)
+            self.source_tokens = self._tokens_before + fed_tokens
+            if not logged:
+                continue
+            now = time.perf_counter()  # the step is done: the time since the last reading is real
+            tokens_per_s = config.batch_size * config.seq_len * (step - self._clock_step) / (now - self._clock)
+            self._clock, self._clock_step = now, step
+            row = {
+                "step": step,
+                "loss": float(values["loss"]),
+                "lr": float(learning_rate(config, step - 1)),
+                "grad_norm": float(values["grad_norm"]),
+                "tokens_per_s": tokens_per_s,
+                "batch_sha256": digest,
+            }
+            if self._mfu_per_token:
+                row["mfu"] = self._mfu_per_token * tokens_per_s
+            if len(config.data) > 1:
+                shares = self.source_tokens / max(int(self.source_tokens.sum()), 1)
+                row.update({f"source_share/{name}": float(x) for name, x in zip(config.source_names, shares)})
+            self.rows.append(row)
+
+    def restart_clock(self, step: int) -> None:
+        """After an evaluation: its time is not training throughput."""
+        self._clock, self._clock_step = time.perf_counter(), step
+
+
+class _Display:
+    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
+
+    def __init__(self, config: TrainConfig, start: int, primary: bool):
+        terminal = sys.stderr.isatty()
+        self._names = config.source_names
+        self._bar = tqdm(initial=start, total=config.steps, disable=not (primary and terminal), unit="step",
+                         dynamic_ncols=True)
+        self._plain = PlainProgress(start=start, total=config.steps) if primary and not terminal else None
+
+    def note(self, text: str) -> None:
+        if self._plain or not self._bar.disable:
+            self._bar.write(f"train: {text}", file=sys.stderr)
+
+    def row(self, row: dict) -> None:
+        fields = progress_fields(row, self._names)
+        self._bar.set_postfix(fields, refresh=False)
+        if self._plain:
+            self._plain.row(row["step"], fields)
+
+    def evals(self, step: int, evals: dict[str, float]) -> None:
+        if self._plain:
+            self._plain.eval(step, eval_fields(evals))
+        elif not self._bar.disable:
+            self._bar.write(" | ".join(f"{k} {v}" for k, v in {"step": step, **eval_fields(evals)}.items()))
+
+    def step(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
 
 
 def train(config: TrainConfig) -> dict:
@@ -162,79 +258,69 @@ def train(config: TrainConfig) -> dict:
     if primary:
         write_config(config)
         write_run_tokenizer(config.workdir, opened.tokenizer)
-    model, optimizer = build(config, mesh)
+    graphdef, state = split(*build(config, mesh))
     checkpointer = Checkpointer(config.workdir, every=config.checkpoint_every, keep=config.keep_checkpoints)
     names = config.source_names
-    mixture = len(names) > 1
     start = checkpointer.latest_step() or 0
     tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
-        feed = checkpointer.restore(start, model, optimizer, iterator, data=opened.data)
+        state, feed = checkpointer.restore(start, state, iterator, data=opened.data)
         tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
-    fed = FedBatches(opened.shards, num_sources=len(names))
-    source_tokens = tokens_before
+    shards = opened.shards
+    fed = FedBatches(shards, num_sources=len(names), rows=config.batch_size // shards.count * len(shards.indices))
+    readings = _Readings(config, tokens_before, start)
     log = MetricsLog(config.workdir, start) if primary else None
-    schedule = learning_rate_schedule(config)
+    display = _Display(config, start, primary)
+    note = _no_validation_note(config, eval_sets)
+    if note:
+        display.note(note)
     key = jax.random.key(config.seed)
-    tokens_per_step = config.batch_size * config.seq_len
-    peak = peak_flops(jax.devices()[0].device_kind)
-    flops_per_token = config.model.flops_per_token(config.seq_len)
-    last = {"step": start}
-    clock, clock_step = time.perf_counter(), start
-    terminal = sys.stderr.isatty()
-    plain = PlainProgress(start=start, total=config.steps) if primary and not terminal else None
-    with jax.set_mesh(mesh), tqdm(
-        initial=start, total=config.steps, disable=not (primary and terminal), unit="step", dynamic_ncols=True
-    ) as bar:
-        for step in range(start + 1, config.steps + 1):
-            host_batch = next(iterator)
-            batch_source_tokens = host_batch.pop(SOURCE_TOKENS, None)
-            fed.add(host_batch, batch_source_tokens)
-            logged = step % config.log_every == 0 or step == config.steps
-            saving = checkpointer.should_save(step) or step == config.steps
-            if step == start + 1 or logged or saving:
-                # Before the step computes on, or a checkpoint keeps, a batch the processes disagree on.
-                fed_tokens, digest = fed.reconcile(step)
-                source_tokens = tokens_before + fed_tokens
-            metrics = train_step(model, optimizer, global_batch(host_batch, mesh), jax.random.fold_in(key, step))
-            if logged:
-                loss = float(metrics["loss"])  # waits for the step: the timing below is real
-                now = time.perf_counter()
-                tokens_per_s = tokens_per_step * (step - clock_step) / (now - clock)
-                clock, clock_step = now, step
-                last = {
-                    "step": step,
-                    "loss": loss,
-                    "lr": float(schedule(step - 1)),
-                    "grad_norm": float(metrics["grad_norm"]),
-                    "tokens_per_s": tokens_per_s,
-                    "batch_sha256": digest,
-                }
-                if peak:
-                    last["mfu"] = flops_per_token * tokens_per_s / (peak * jax.device_count())
-                postfix = {"loss": f"{loss:.3f}", "tok_s": f"{tokens_per_s:,.0f}"}
-                if mixture:
-                    shares, postfix["mix"] = _mixture_log(names, source_tokens)
-                    last.update(shares)
-                if log:
-                    log.write(last)
-                bar.set_postfix(postfix)
-                if plain:
-                    plain.set_postfix(postfix)
-            if eval_sets and (step % config.eval_every == 0 or step == config.steps):
-                evals = evaluate(model, eval_sets, config.eval_batches, mesh)
-                last.update(evals)
-                if log:
-                    log.write({"step": step, **evals})
-                clock = time.perf_counter()  # evaluation time is not training throughput
-            feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, source_tokens)))}
-            checkpointer.save(step, model, optimizer, iterator, feed, force=step == config.steps)
-            bar.update(1)
-            if plain:
-                plain.step(step)
-    checkpointer.close()
-    iterator.close()
-    result = dict(last, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
+    last, evals, waited_noted = {"step": start}, {}, False
+    try:
+        with jax.set_mesh(mesh):
+            for step in range(start + 1, config.steps + 1):
+                logged = step % config.log_every == 0 or step == config.steps
+                saving = checkpointer.due(step, last=config.steps)
+                evaluating = bool(eval_sets) and (step % config.eval_every == 0 or step == config.steps)
+                # Feeding the device: nothing in here may wait for it.
+                with jax.transfer_guard_device_to_host("disallow_explicit"):
+                    host_batch = next(iterator)
+                    fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
+                    reports = one_row_per_device(fed.report().view("<u4"), mesh)
+                    state, metrics = train_step(
+                        graphdef, state, global_batch(host_batch, mesh), key, np.int32(step), reports
+                    )
+                readings.read(through=step - 1)  # now that this step is queued
+                if logged or saving or step == start + 1:  # the first step checks the processes agree early
+                    readings.add(step, logged, metrics)
+                if saving or evaluating:
+                    readings.read(through=step)
+                for row in readings.rows:
+                    last = row
+                    display.row(row)
+                    if log:
+                        log.write(row)
+                readings.rows.clear()
+                if evaluating:
+                    evals = evaluate(graphdef, state, eval_sets, config.eval_batches, mesh)
+                    display.evals(step, evals)
+                    if log:
+                        log.write({"step": step, **evals})
+                    readings.restart_clock(step)
+                if saving:
+                    feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
+                    waited = checkpointer.save(step, state, iterator, feed)
+                    if waited > 1.0 and not waited_noted:
+                        display.note(f"the checkpoint of step {step} waited {waited:.1f} s for the one before it to be "
+                                     "written; checkpoints further apart would not")
+                        waited_noted = True
+                display.step()
+    finally:
+        checkpointer.close()  # a save in flight is written whole, whatever ended the loop
+        iterator.close()
+        display.close()
+    model = nnx.merge(graphdef, state)["model"]
+    result = dict(last, **evals, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
                   process_index=jax.process_index())
     if log:
         log.close()

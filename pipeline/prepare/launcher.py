@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
 from pipeline.hub_tokenizer import is_hub_spec, pin
+from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, cleaning_job, eval_sets, hub_filesystem, job
 from pipeline.prepare.failures import read_failures, remote_failures_dir
@@ -40,7 +41,7 @@ from pipeline.prepare.output_dir import (
 )
 from pipeline.prepare.planning import Plan, make_plan
 from pipeline.prepare.removals import cleans
-from pipeline.prepare.progress import Progress, format_count, format_duration
+from pipeline.prepare.progress import Progress
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
