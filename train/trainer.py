@@ -144,6 +144,11 @@ def _open(config: TrainConfig) -> _Opened:
     return _Opened(data_identity(config, manifests), tokenizer, mesh, shards, iterator, eval_sets)
 
 
+def host_reads():
+    """Where the loop reads values from the device (the rest of it runs under a guard refusing that)."""
+    return jax.transfer_guard_device_to_host("allow")
+
+
 def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
     """What a run without validation data for some source should say once (nothing when
     `--eval-batches 0` turned evaluation off)."""
@@ -277,24 +282,29 @@ def train(config: TrainConfig) -> dict:
     key = jax.random.key(config.seed)
     last, evals, waited_noted = {"step": start}, {}, False
     try:
-        with jax.set_mesh(mesh):
+        # Nothing in the loop may wait for the device but the reads marked `host_reads`: a step that
+        # neither logs, checkpoints nor evaluates only feeds the device.
+        with jax.set_mesh(mesh), jax.transfer_guard_device_to_host("disallow_explicit"):
             for step in range(start + 1, config.steps + 1):
                 logged = step % config.log_every == 0 or step == config.steps
                 saving = checkpointer.due(step, last=config.steps)
                 evaluating = bool(eval_sets) and (step % config.eval_every == 0 or step == config.steps)
-                # Feeding the device: nothing in here may wait for it.
-                with jax.transfer_guard_device_to_host("disallow_explicit"):
-                    host_batch = next(iterator)
-                    fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
-                    reports = one_row_per_device(fed.report().view("<u4"), mesh)
-                    state, metrics = train_step(
-                        graphdef, state, global_batch(host_batch, mesh), key, np.int32(step), reports
-                    )
-                readings.read(through=step - 1)  # now that this step is queued
-                if logged or saving or step == start + 1:  # the first step checks the processes agree early
-                    readings.add(step, logged, metrics)
-                if saving or evaluating:
-                    readings.read(through=step)
+                host_batch = next(iterator)
+                fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
+                reports = one_row_per_device(fed.report().view("<u4"), mesh)
+                state, metrics = train_step(graphdef, state, global_batch(host_batch, mesh), key, np.int32(step), reports)
+                with host_reads():
+                    readings.read(through=step - 1)  # now that this step is queued
+                    if logged or saving or step == start + 1:  # the first step checks the processes agree early
+                        readings.add(step, logged, metrics)
+                    if saving or evaluating:
+                        readings.read(through=step)
+                    if evaluating:
+                        evals = evaluate(graphdef, state, eval_sets, config.eval_batches, mesh)
+                        readings.restart_clock(step)
+                    if saving:
+                        feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
+                        waited = checkpointer.save(step, state, iterator, feed)
                 for row in readings.rows:
                     last = row
                     display.row(row)
@@ -302,18 +312,13 @@ def train(config: TrainConfig) -> dict:
                         log.write(row)
                 readings.rows.clear()
                 if evaluating:
-                    evals = evaluate(graphdef, state, eval_sets, config.eval_batches, mesh)
                     display.evals(step, evals)
                     if log:
                         log.write({"step": step, **evals})
-                    readings.restart_clock(step)
-                if saving:
-                    feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
-                    waited = checkpointer.save(step, state, iterator, feed)
-                    if waited > 1.0 and not waited_noted:
-                        display.note(f"the checkpoint of step {step} waited {waited:.1f} s for the one before it to be "
-                                     "written; checkpoints further apart would not")
-                        waited_noted = True
+                if saving and waited > 1.0 and not waited_noted:
+                    display.note(f"the checkpoint of step {step} waited {waited:.1f} s for the one before it to be "
+                                 "written; checkpoints further apart would not")
+                    waited_noted = True
                 display.step()
     finally:
         checkpointer.close()  # a save in flight is written whole, whatever ended the loop
