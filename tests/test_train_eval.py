@@ -11,7 +11,7 @@ import pytest
 from model.config import GPTConfig
 from train.config import TrainConfig
 from train.mesh import make_mesh
-from train.step import split
+from train.step import Steps
 from train.trainer import build, eval_totals
 
 SMALL = GPTConfig(vocab_size=512, max_seq_len=16, num_layers=1, num_heads=2, width=32, mlp_width=64)
@@ -29,11 +29,11 @@ def test_eval_loss_weights_every_real_token_alike():
     config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=16, batch_size=2)
     mesh = make_mesh(())
     model, optimizer = build(config, mesh)
-    graphdef, state = split(model, optimizer)
+    steps = Steps(model, optimizer)
     rng = np.random.default_rng(0)
     batches = [_packed_batch(rng, [16, 16]), _packed_batch(rng, [3, 1])]  # 32 real tokens, then 4
     with jax.set_mesh(mesh):
-        loss_sum, tokens = eval_totals(graphdef, state, grain.MapDataset.source(batches).to_iter_dataset(), 2, mesh)
+        loss_sum, tokens = eval_totals(steps, steps.arrays, grain.MapDataset.source(batches).to_iter_dataset(), 2, mesh)
         # The reference: every real token's loss, straight from the logits, pooled over both batches.
         token_losses, batch_means = [], []
         for b in batches:

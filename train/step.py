@@ -1,9 +1,4 @@
-"""The optimizer, the loss and the jitted train and eval steps.
-
-The steps are plain `jax.jit` functions of the model and optimizer split once into a static graph
-and a pytree of arrays (`split`): a call flattens a list of arrays, not the module graph, and the
-old state's buffers are donated to the new one.
-"""
+"""The optimizer, the loss and the jitted train and eval steps."""
 
 from __future__ import annotations
 
@@ -49,12 +44,6 @@ def make_optimizer(model: GPT, config: TrainConfig) -> nnx.Optimizer:
     return nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
-def split(model: GPT, optimizer: nnx.Optimizer) -> tuple[nnx.GraphDef, nnx.State]:
-    """The static graph of model and optimizer, and their arrays as one state
-    (`{"model": ..., "optimizer": ...}`, what a checkpoint holds)."""
-    return nnx.split({"model": model, "optimizer": optimizer})
-
-
 def token_losses(
     model: GPT, batch: dict[str, jax.Array], rngs: nnx.Rngs | None = None
 ) -> tuple[jax.Array, jax.Array]:
@@ -75,32 +64,54 @@ def loss_fn(model: GPT, batch: dict[str, jax.Array], rngs: nnx.Rngs | None = Non
     return (losses * weights).sum() / jnp.maximum(weights.sum(), 1.0)
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
-def train_step(
-    graphdef: nnx.GraphDef, state: nnx.State, batch: dict[str, jax.Array], key: jax.Array, step: jax.Array,
-    reports: jax.Array | None = None,
-) -> tuple[nnx.State, dict[str, jax.Array]]:
-    """One AdamW step on a global batch: the new state and the step's metrics.
+class Steps:
+    """The jitted train and eval steps of one model and optimizer.
 
-    Dropout draws from `key` folded with `step`, so a resumed run draws the same masks. `reports`
-    (one row per device, sharded over all of them) come back replicated in the metrics: what the
-    processes tell each other about their batches travels with the step, with no collective and
-    no wait of its own.
+    Both are split once into a static graph, closed over by the steps, and their arrays, which
+    travel as one flat list: a call flattens a list, not the module graph and its Variables, and the
+    old arrays are donated to the new ones. `state` turns a list back into the named state
+    (`{"model": ..., "optimizer": ...}`) that checkpoints hold.
     """
-    nodes = nnx.merge(graphdef, state)
-    model, optimizer = nodes["model"], nodes["optimizer"]
-    rngs = nnx.Rngs(dropout=jax.random.fold_in(key, step)) if model.config.dropout > 0 else None
-    loss, grads = nnx.value_and_grad(loss_fn)(model, batch, rngs)
-    optimizer.update(model, grads)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
-    if reports is not None:
-        metrics["reports"] = jax.lax.with_sharding_constraint(reports, jax.sharding.PartitionSpec())
-    return nnx.state(nodes), metrics
 
+    def __init__(self, model: GPT, optimizer: nnx.Optimizer):
+        self._graphdef, state = nnx.split({"model": model, "optimizer": optimizer})
+        self.arrays, self._treedef = jax.tree.flatten(state)
+        self.train = jax.jit(self._train, donate_argnums=0)
+        self.eval = jax.jit(self._eval)
 
-@functools.partial(jax.jit, static_argnums=0)
-def eval_step(graphdef: nnx.GraphDef, state: nnx.State, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
-    however much padding each holds."""
-    losses, weights = token_losses(nnx.merge(graphdef, state)["model"], batch)
-    return (losses * weights).sum(), weights.sum()
+    def state(self, arrays: list[jax.Array]) -> nnx.State:
+        return jax.tree.unflatten(self._treedef, arrays)
+
+    def flat(self, state: nnx.State) -> list[jax.Array]:
+        return self._treedef.flatten_up_to(state)
+
+    def nodes(self, arrays: list[jax.Array]) -> dict:
+        """Model and optimizer holding `arrays`."""
+        return nnx.merge(self._graphdef, self.state(arrays))
+
+    def _train(
+        self, arrays: list[jax.Array], batch: dict[str, jax.Array], key: jax.Array, step: jax.Array,
+        reports: jax.Array | None = None,
+    ) -> tuple[list[jax.Array], dict[str, jax.Array]]:
+        """One AdamW step on a global batch: the new arrays and the step's metrics.
+
+        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks. `reports`
+        (one row per device, sharded over all of them) come back replicated in the metrics: what the
+        processes tell each other about their batches travels with the step, with no collective and
+        no wait of its own.
+        """
+        nodes = self.nodes(arrays)
+        model, optimizer = nodes["model"], nodes["optimizer"]
+        rngs = nnx.Rngs(dropout=jax.random.fold_in(key, step)) if model.config.dropout > 0 else None
+        loss, grads = nnx.value_and_grad(loss_fn)(model, batch, rngs)
+        optimizer.update(model, grads)
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+        if reports is not None:
+            metrics["reports"] = jax.lax.with_sharding_constraint(reports, jax.sharding.PartitionSpec())
+        return self.flat(nnx.state(nodes)), metrics
+
+    def _eval(self, arrays: list[jax.Array], batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
+        however much padding each holds."""
+        losses, weights = token_losses(self.nodes(arrays)["model"], batch)
+        return (losses * weights).sum(), weights.sum()

@@ -30,7 +30,7 @@ from train.mesh import HostShards, global_batch, host_shards, make_mesh, one_row
 from train.metrics import MetricsLog, PlainProgress, eval_fields, peak_flops, plot_losses, progress_fields
 from train.processes import agreed, check_same_everywhere
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
-from train.step import eval_step, learning_rate, make_optimizer, split, train_step
+from train.step import Steps, learning_rate, make_optimizer
 
 
 def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
@@ -66,7 +66,7 @@ def host_data(
 
 
 def eval_totals(
-    graphdef: nnx.GraphDef, state: nnx.State, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh
+    steps: Steps, arrays: list[jax.Array], data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh
 ) -> tuple[jax.Array, jax.Array]:
     """Summed loss and real-token count over the first `batches` validation batches (the same
     batches every time), still on the device; their ratio is the token-weighted mean loss."""
@@ -75,18 +75,18 @@ def eval_totals(
     for _ in range(batches):
         host_batch = next(iterator)
         host_batch.pop(SOURCE_TOKENS, None)
-        batch_sum, batch_tokens = eval_step(graphdef, state, global_batch(host_batch, mesh))
+        batch_sum, batch_tokens = steps.eval(arrays, global_batch(host_batch, mesh))
         loss_sum, tokens = loss_sum + batch_sum, tokens + batch_tokens
     return loss_sum, tokens
 
 
 def evaluate(
-    graphdef: nnx.GraphDef, state: nnx.State, eval_sets: dict[str, grain.IterDataset], batches: int,
+    steps: Steps, arrays: list[jax.Array], eval_sets: dict[str, grain.IterDataset], batches: int,
     mesh: jax.sharding.Mesh,
 ) -> dict[str, float]:
     """`eval_loss` over every source's validation batches, token-weighted, and with several sources
     `eval_loss/NAME` for each; one read from the device at the end."""
-    totals = jax.device_get({name: eval_totals(graphdef, state, data, batches, mesh) for name, data in eval_sets.items()})
+    totals = jax.device_get({name: eval_totals(steps, arrays, data, batches, mesh) for name, data in eval_sets.items()})
     row = {"eval_loss": sum(float(s) for s, _ in totals.values()) / max(sum(float(n) for _, n in totals.values()), 1.0)}
     if len(totals) > 1:
         row.update({f"eval_loss/{name}": float(s) / max(float(n), 1.0) for name, (s, n) in totals.items()})
@@ -263,13 +263,15 @@ def train(config: TrainConfig) -> dict:
     if primary:
         write_config(config)
         write_run_tokenizer(config.workdir, opened.tokenizer)
-    graphdef, state = split(*build(config, mesh))
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
     checkpointer = Checkpointer(config.workdir, every=config.checkpoint_every, keep=config.keep_checkpoints)
     names = config.source_names
     start = checkpointer.latest_step() or 0
     tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
-        state, feed = checkpointer.restore(start, state, iterator, data=opened.data)
+        state, feed = checkpointer.restore(start, steps.state(arrays), iterator, data=opened.data)
+        arrays = steps.flat(state)
         tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
     shards = opened.shards
     fed = FedBatches(shards, num_sources=len(names), rows=config.batch_size // shards.count * len(shards.indices))
@@ -292,7 +294,7 @@ def train(config: TrainConfig) -> dict:
                 host_batch = next(iterator)
                 fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
                 reports = one_row_per_device(fed.report().view("<u4"), mesh)
-                state, metrics = train_step(graphdef, state, global_batch(host_batch, mesh), key, np.int32(step), reports)
+                arrays, metrics = steps.train(arrays, global_batch(host_batch, mesh), key, np.int32(step), reports)
                 with host_reads():
                     readings.read(through=step - 1)  # now that this step is queued
                     if logged or saving or step == start + 1:  # the first step checks the processes agree early
@@ -300,11 +302,11 @@ def train(config: TrainConfig) -> dict:
                     if saving or evaluating:
                         readings.read(through=step)
                     if evaluating:
-                        evals = evaluate(graphdef, state, eval_sets, config.eval_batches, mesh)
+                        evals = evaluate(steps, arrays, eval_sets, config.eval_batches, mesh)
                         readings.restart_clock(step)
                     if saving:
                         feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
-                        waited = checkpointer.save(step, state, iterator, feed)
+                        waited = checkpointer.save(step, steps.state(arrays), iterator, feed)
                 for row in readings.rows:
                     last = row
                     display.row(row)
@@ -324,7 +326,7 @@ def train(config: TrainConfig) -> dict:
         checkpointer.close()  # a save in flight is written whole, whatever ended the loop
         iterator.close()
         display.close()
-    model = nnx.merge(graphdef, state)["model"]
+    model = steps.nodes(arrays)["model"]
     result = dict(last, **evals, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
                   process_index=jax.process_index())
     if log:
