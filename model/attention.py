@@ -55,3 +55,15 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.
     implementation, _ = choose(platform(), dtype=q.dtype, head_dim=hs, seq_len=t, segments=segment_ids is not None)
     mask = None if segment_ids is None else segment_mask(segment_ids)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+
+
+def materialized_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None
+) -> jax.Array:
+    """The same function through one materialized (B, 1, T, T) mask, as XLA computes it without the
+    causal flag: the reference the fused paths are checked against."""
+    t = q.shape[1]
+    mask = jnp.tril(jnp.ones((t, t), bool))[None, None]
+    if segment_ids is not None:
+        mask = mask & segment_mask(segment_ids)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask)

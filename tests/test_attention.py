@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import model.attention as attention
-from model.attention import CUDNN, XLA, causal_attention, choose
+from model.attention import CUDNN, XLA, causal_attention, choose, materialized_attention
 
 
 def _qkv(dtype, b=2, t=16, heads=4, size=8):
@@ -22,29 +22,20 @@ def _segments(b=2, t=16) -> jax.Array:
     return jnp.array([[1] * 5 + [2] * 7 + [0] * (t - 12), [1] * t][:b], jnp.int32)
 
 
-def _materialized(q, k, v, segment_ids=None):
-    """The attention as the model computed it before: one (B, 1, T, T) mask, causal and same-segment."""
-    t = q.shape[1]
-    mask = jnp.tril(jnp.ones((t, t), bool))[None, None]
-    if segment_ids is not None:
-        mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask)
-
-
 @pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
 @pytest.mark.parametrize("segments", [False, True])
-def test_the_causal_flag_and_segment_rule_match_a_materialized_mask(dtype, tolerance, segments):
+def test_the_causal_flag_and_segment_rule_match_amaterialized_attention_mask(dtype, tolerance, segments):
     q, k, v = _qkv(dtype)
     segment_ids = _segments() if segments else None
     ours = jax.jit(causal_attention)(q, k, v, segment_ids)
-    reference = _materialized(q, k, v, segment_ids)
+    reference = materialized_attention(q, k, v, segment_ids)
     np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(reference, np.float32), atol=tolerance)
 
     def loss(f, q, k, v):
         return (f(q, k, v, segment_ids).astype(jnp.float32) ** 2).sum()
 
     ours_grads = jax.grad(lambda *a: loss(causal_attention, *a), argnums=(0, 1, 2))(q, k, v)
-    reference_grads = jax.grad(lambda *a: loss(_materialized, *a), argnums=(0, 1, 2))(q, k, v)
+    reference_grads = jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2))(q, k, v)
     for a, b in zip(ours_grads, reference_grads):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=tolerance * 10)
 
