@@ -1,4 +1,5 @@
-"""Metrics as JSON lines in the workdir, and the loss curve drawn from them."""
+"""Metrics as JSON lines in the workdir, the loss curve drawn from them, and the progress shown
+while training: a bar on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
+
+from tqdm import tqdm
 
 from pipeline.log_cadence import LogCadence, format_count, format_duration
 
@@ -82,8 +85,8 @@ def progress_fields(row: dict, names: tuple[str, ...]) -> dict[str, str]:
     return fields
 
 
-def eval_fields(evals: dict[str, float]) -> dict[str, str]:
-    return {name: f"{value:.4f}" for name, value in evals.items()}
+def progress_line(step: int, total: int, fields: dict[str, str]) -> str:
+    return f"step {step}/{total} | " + " | ".join(f"{name} {value}" for name, value in fields.items())
 
 
 class PlainProgress:
@@ -114,6 +117,38 @@ class PlainProgress:
         self._line(step, fields)
 
     def _line(self, step: int, fields: dict[str, str]) -> None:
-        text = " | ".join(f"{name} {value}" for name, value in fields.items())
-        self._stream.write(f"step {step}/{self._total} | {text}\n")
+        self._stream.write(progress_line(step, self._total, fields) + "\n")
         self._stream.flush()
+
+
+class Display:
+    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
+
+    def __init__(self, *, start: int, total: int, names: tuple[str, ...], primary: bool):
+        terminal = sys.stderr.isatty()
+        self._names = names
+        self._bar = tqdm(initial=start, total=total, disable=not (primary and terminal), unit="step", dynamic_ncols=True)
+        self._plain = PlainProgress(start=start, total=total) if primary and not terminal else None
+
+    def note(self, text: str) -> None:
+        if self._plain or not self._bar.disable:
+            self._bar.write(f"train: {text}", file=sys.stderr)
+
+    def row(self, row: dict) -> None:
+        fields = progress_fields(row, self._names)
+        self._bar.set_postfix(fields, refresh=False)
+        if self._plain:
+            self._plain.row(row["step"], fields)
+
+    def evals(self, step: int, evals: dict[str, float]) -> None:
+        fields = {name: f"{value:.4f}" for name, value in evals.items()}
+        if self._plain:
+            self._plain.eval(step, fields)
+        elif not self._bar.disable:
+            self._bar.write(progress_line(step, self._bar.total, fields), file=sys.stderr)
+
+    def step(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
-import time
 
 import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tqdm import tqdm
 
+from model.attention import CUDNN, choose, platform
 from model.gpt import GPT
 from pipeline.load import (
     SOURCE_TOKENS,
@@ -25,12 +23,13 @@ from pipeline.load import (
 from schemas.manifest import Manifest
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
-from train.host_batches import FedBatches, settle
+from train.host_batches import FedBatches
 from train.mesh import HostShards, global_batch, host_shards, make_mesh, one_row_per_device
-from train.metrics import MetricsLog, PlainProgress, eval_fields, peak_flops, plot_losses, progress_fields
+from train.metrics import Display, MetricsLog, plot_losses
 from train.processes import agreed, check_same_everywhere
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
-from train.step import Steps, learning_rate, make_optimizer
+from train.readings import Readings
+from train.step import Steps, make_optimizer
 
 
 def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
@@ -149,6 +148,15 @@ def host_reads():
     return jax.transfer_guard_device_to_host("allow")
 
 
+def _attention_note(config: TrainConfig) -> str:
+    """Which attention kernel the step runs, and why: said once, so that a run that misses cuDNN
+    (float32 compute, an odd head size) says so."""
+    model = config.model
+    implementation, why = choose(platform(), dtype=model.compute_dtype, head_dim=model.width // model.num_heads,
+                                 seq_len=config.seq_len, segments=config.packing == "document")
+    return f"attention through {why}" if implementation == CUDNN else f"attention through XLA: {why}"
+
+
 def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
     """What a run without validation data for some source should say once (nothing when
     `--eval-batches 0` turned evaluation off)."""
@@ -158,96 +166,6 @@ def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
     if not eval_sets:
         return "the data has no validation split (prepare --validation-fraction makes one): no evaluation"
     return f"no validation split in {', '.join(missing)}: eval_loss covers {', '.join(eval_sets)} alone"
-
-
-class _Readings:
-    """Checked steps (logged, checkpointed, or the first) whose metrics are still on the device.
-
-    `read` takes them in order once a later step is queued, so the host waits for a step the
-    device has finished or is finishing while the next one runs: it never idles the device. Each
-    reading settles what the processes fed (their agreement, the mixture's tokens, the batch digest)
-    from the reports that came back with the step.
-    """
-
-    def __init__(self, config: TrainConfig, tokens_before: np.ndarray, start: int):
-        self._config = config
-        self._tokens_before = tokens_before
-        self._pending: list[tuple[int, bool, dict[str, jax.Array]]] = []
-        self._clock, self._clock_step = time.perf_counter(), start
-        peak = peak_flops(jax.devices()[0].device_kind)
-        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is known.
-        self._mfu_per_token = config.model.flops_per_token(config.seq_len) / (peak * jax.device_count()) if peak else None
-        self.source_tokens = tokens_before
-        self.rows: list[dict] = []  # the logged rows read, for the caller to write
-
-    def add(self, step: int, logged: bool, metrics: dict[str, jax.Array]) -> None:
-        self._pending.append((step, logged, metrics))
-
-    def read(self, *, through: int) -> None:
-        """Reads every pending step up to `through`, waiting for the device as needed."""
-        config = self._config
-        while self._pending and self._pending[0][0] <= through:
-            step, logged, metrics = self._pending.pop(0)
-            values = jax.device_get(metrics)
-            reports = np.ascontiguousarray(values["reports"]).view("<i8")
-            fed_tokens, digest = settle(reports, len(config.data), step=step)
-            self.source_tokens = self._tokens_before + fed_tokens
-            if not logged:
-                continue
-            now = time.perf_counter()  # the step is done: the time since the last reading is real
-            tokens_per_s = config.batch_size * config.seq_len * (step - self._clock_step) / (now - self._clock)
-            self._clock, self._clock_step = now, step
-            row = {
-                "step": step,
-                "loss": float(values["loss"]),
-                "lr": float(learning_rate(config, step - 1)),
-                "grad_norm": float(values["grad_norm"]),
-                "tokens_per_s": tokens_per_s,
-                "batch_sha256": digest,
-            }
-            if self._mfu_per_token:
-                row["mfu"] = self._mfu_per_token * tokens_per_s
-            if len(config.data) > 1:
-                shares = self.source_tokens / max(int(self.source_tokens.sum()), 1)
-                row.update({f"source_share/{name}": float(x) for name, x in zip(config.source_names, shares)})
-            self.rows.append(row)
-
-    def restart_clock(self, step: int) -> None:
-        """After an evaluation: its time is not training throughput."""
-        self._clock, self._clock_step = time.perf_counter(), step
-
-
-class _Display:
-    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
-
-    def __init__(self, config: TrainConfig, start: int, primary: bool):
-        terminal = sys.stderr.isatty()
-        self._names = config.source_names
-        self._bar = tqdm(initial=start, total=config.steps, disable=not (primary and terminal), unit="step",
-                         dynamic_ncols=True)
-        self._plain = PlainProgress(start=start, total=config.steps) if primary and not terminal else None
-
-    def note(self, text: str) -> None:
-        if self._plain or not self._bar.disable:
-            self._bar.write(f"train: {text}", file=sys.stderr)
-
-    def row(self, row: dict) -> None:
-        fields = progress_fields(row, self._names)
-        self._bar.set_postfix(fields, refresh=False)
-        if self._plain:
-            self._plain.row(row["step"], fields)
-
-    def evals(self, step: int, evals: dict[str, float]) -> None:
-        if self._plain:
-            self._plain.eval(step, eval_fields(evals))
-        elif not self._bar.disable:
-            self._bar.write(" | ".join(f"{k} {v}" for k, v in {"step": step, **eval_fields(evals)}.items()))
-
-    def step(self) -> None:
-        self._bar.update(1)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 def train(config: TrainConfig) -> dict:
@@ -275,12 +193,12 @@ def train(config: TrainConfig) -> dict:
         tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
     shards = opened.shards
     fed = FedBatches(shards, num_sources=len(names), rows=config.batch_size // shards.count * len(shards.indices))
-    readings = _Readings(config, tokens_before, start)
+    readings = Readings(config, tokens_before, start)
     log = MetricsLog(config.workdir, start) if primary else None
-    display = _Display(config, start, primary)
-    note = _no_validation_note(config, eval_sets)
-    if note:
-        display.note(note)
+    display = Display(start=start, total=config.steps, names=names, primary=primary)
+    for note in (_attention_note(config), _no_validation_note(config, eval_sets)):
+        if note:
+            display.note(note)
     key = jax.random.key(config.seed)
     last, evals, waited_noted = {"step": start}, {}, False
     try:
@@ -296,23 +214,21 @@ def train(config: TrainConfig) -> dict:
                 reports = one_row_per_device(fed.report().view("<u4"), mesh)
                 arrays, metrics = steps.train(arrays, global_batch(host_batch, mesh), key, np.int32(step), reports)
                 with host_reads():
-                    readings.read(through=step - 1)  # now that this step is queued
+                    rows = readings.read(through=step - 1)  # now that this step is queued
                     if logged or saving or step == start + 1:  # the first step checks the processes agree early
                         readings.add(step, logged, metrics)
                     if saving or evaluating:
-                        readings.read(through=step)
+                        rows += readings.read(through=step)
                     if evaluating:
                         evals = evaluate(steps, arrays, eval_sets, config.eval_batches, mesh)
                         readings.restart_clock(step)
                     if saving:
                         feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
                         waited = checkpointer.save(step, steps.state(arrays), iterator, feed)
-                for row in readings.rows:
-                    last = row
-                    display.row(row)
+                for last in rows:
+                    display.row(last)
                     if log:
-                        log.write(row)
-                readings.rows.clear()
+                        log.write(last)
                 if evaluating:
                     display.evals(step, evals)
                     if log:
