@@ -31,11 +31,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))  # `synthetic`: prepared sources from token ids
 
 import train.trainer as trainer  # noqa: E402
 from model.config import GPTConfig  # noqa: E402
-from pipeline.prepare.synthetic import write_prepared  # noqa: E402
+from synthetic import write_prepared  # noqa: E402
 from train.checkpointing import Checkpointer  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.metrics import METRICS_NAME, read_rows  # noqa: E402

@@ -1,10 +1,11 @@
 """Memory and start-up time of the loader's global index at 10^7 records (one source, one host).
 
 Writes the lengths cache a scan would leave for a split of `--records` records in 100 shards (1 to
-4 documents per record, as `pipeline.load.lengths` lays it out), then, in a fresh process, measures
-what a training host pays: opening the lengths (memory maps) and the planner, planning the first
-batch, resuming at a position far into the run (a checkpoint's few integers: no replay), and the
-steady cost of planning a step; with the process's resident memory after each.
+4 whole documents per record, as `pipeline.load.lengths` lays it out) and, for document packing,
+derives its units (once per machine and `seq_len`, timed), then, in a fresh process, measures what
+a training host pays: opening the lengths (memory maps) and the planner, planning the first batch,
+resuming at a position far into the run (a checkpoint's few integers: no replay), and the steady
+cost of planning a step; with the process's resident memory after each.
 
     python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] [--rows 16]
 """
@@ -36,16 +37,18 @@ def _shard(index: int, records: int) -> ShardInfo:
 
 
 def write_cache(records: int, seed: int = 0) -> None:
-    """The two cache files of every shard, as a scan would write them."""
+    """The cache files of every shard, as a scan would write them."""
     rng = np.random.default_rng(seed)
-    directory = os.path.join(lengths.cache_dir(), f"eot{EOT_ID}")
-    os.makedirs(directory, exist_ok=True)
     for index, count in enumerate(np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))):
         per_record = rng.integers(1, 5, count)
         docs = rng.integers(20, 2000, int(per_record.sum())).astype(np.uint32)
         firsts = np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
-        np.save(os.path.join(directory, f"{_shard(index, 0).sha256}-docs.npy"), docs)
-        np.save(os.path.join(directory, f"{_shard(index, 0).sha256}-firsts.npy"), firsts)
+        arrays = {"docs": docs, "firsts": firsts, "offsets": lengths.record_offsets(docs, firsts),
+                  "lead": np.zeros(count, np.int32), "before": np.full(count, -1, np.int32)}
+        prefix = lengths.entry_prefix(_shard(index, 0), EOT_ID)
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        for name, array in arrays.items():
+            np.save(f"{prefix}-{name}.npy", array)
 
 
 def _resident_mb() -> float:
@@ -53,20 +56,25 @@ def _resident_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-def measure(records: int, packing: str, steps: int, rows: int) -> None:
+def open_split(records: int) -> lengths.SplitLengths:
     counts = np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))
+    shards = [_shard(i, int(n)) for i, n in enumerate(counts)]
+    return lengths.SplitLengths.of_shards(shards, [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards],
+                                          EOT_ID)
+
+
+def measure(records: int, packing: str, steps: int, rows: int) -> None:
     before = _resident_mb()
     start = time.perf_counter()
-    shards = [_shard(i, int(n)) for i, n in enumerate(counts)]
-    pairs = [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards]
-    split = lengths.SplitLengths(tuple(d for d, _ in pairs), tuple(f for _, f in pairs),
-                                 np.concatenate(([0], np.cumsum(counts))).astype(np.int64))
+    split = open_split(records)
     planner = Planner([split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=rows, packing=packing)
     planner.plan(Position.start(1))
     opened = time.perf_counter() - start
     opened_mb = _resident_mb()
+    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit once.
+    per_epoch = split.offsets()[1][-1] // 1025 if packing == "concat" else split.units(1024)[1][-1]
+    far = Position(10**6, (int(per_epoch) * 3 // 2,), (0,), (0,))
     start = time.perf_counter()
-    far = Position(10**6, (records * 3 // 2,), (0,))  # step 10^6, half way through the second epoch
     planner.plan(far)
     resumed = time.perf_counter() - start
     start = time.perf_counter()
@@ -98,6 +106,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[lengths.CACHE_ENV] = tmp
         write_cache(args.records)
+        if args.packing == "document":
+            start = time.perf_counter()
+            open_split(args.records).units(1024)
+            print(f"document packing's units, derived once per machine and seq_len: {time.perf_counter() - start:,.1f} s",
+                  flush=True)
         # A fresh process: its memory holds what a training host's would, not the arrays just written.
         return subprocess.run([sys.executable, __file__, "--measure", *sys.argv[1:]]).returncode
 

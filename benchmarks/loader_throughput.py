@@ -30,6 +30,9 @@ import numpy as np
 from pipeline.load.loader import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
+# The corpora are written by the tests' `synthetic` module, from token ids.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
 SEQ_LEN = 1024
 GLOBAL_BATCH = 16
 N_VOCAB = 50257
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here and not at the top: spawned prefetch workers re-import this module, and the
     # writer (the same record layout and shard writer as `prepare`) pulls in Beam.
     from pipeline.manifest_io import read_manifest, read_records
-    from pipeline.prepare.synthetic import write_prepared
+    from synthetic import write_prepared
 
     rows, short = [], []
     with tempfile.TemporaryDirectory() as tmp:

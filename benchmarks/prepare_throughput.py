@@ -42,8 +42,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline.corpus import write_corpus  # noqa: E402
-from pipeline.tiktoken_tokenizer import ENDOFTEXT, load_encoding  # noqa: E402
-from pipeline.tokenizer import load_tokenizer  # noqa: E402
+from pipeline.tokenization import load_tokenizer  # noqa: E402
+from pipeline.tokenization.tiktoken_backend import ENDOFTEXT, load_encoding  # noqa: E402
 
 STORIES_PER_MB = 3400  # measured ratio of the generator's output; only sizes the corpus
 GOAL = 0.85

@@ -25,10 +25,12 @@ import time
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))  # `synthetic`: prepared sources from token ids
 
 from model.config import GPTConfig  # noqa: E402
-from pipeline.prepare.synthetic import write_prepared  # noqa: E402
+from synthetic import write_prepared  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.metrics import METRICS_NAME, read_rows  # noqa: E402
 from train.trainer import train  # noqa: E402

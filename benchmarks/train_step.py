@@ -36,7 +36,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))  # `synthetic`: prepared sources from token ids
 
 from model.config import preset  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
@@ -166,7 +168,7 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
 def _mixture(tmp: str, tokens: int) -> tuple:
     """Two synthetic prepared sources (~200- and ~5k-token documents), as a 0.7 / 0.3 mixture."""
     from pipeline.load.data_spec import DataSource
-    from pipeline.prepare.synthetic import write_prepared
+    from synthetic import write_prepared
 
     sources = []
     for k, (name, mean, weight) in enumerate((("short", 200, 0.7), ("long", 5000, 0.3))):

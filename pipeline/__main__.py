@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 
+from pipeline import interrupts
+
 USAGE = "usage: python -m pipeline {prepare,verify,inspect,batches,corpus} [options]"
 
 
@@ -25,11 +27,33 @@ def _import_beam_quietly() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupts.install()
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    try:
+        status = _run(command, rest)
+        interrupts.settle()
+    except KeyboardInterrupt:
+        interrupts.settle()
+        return _interrupted(command)
+    # An interrupt that a finalizer swallowed still ends the run as interrupted.
+    return _interrupted(command) if interrupts.received() else status
+
+
+def _interrupted(command: str) -> int:
+    start = "\n" if sys.stderr.isatty() else ""  # after the progress line
+    if command == "prepare":
+        # The job and its workers are stopped on the way out; what they finished stays.
+        print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
+    else:
+        print(f"{start}{command}: interrupted", file=sys.stderr)
+    return 130
+
+
+def _run(command: str, rest: list[str]) -> int:
     if command in ("prepare", "verify", "inspect"):
         _import_beam_quietly()
     if command == "prepare":
@@ -40,11 +64,6 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             run(rest)
-        except KeyboardInterrupt:
-            # The job and its workers are stopped on the way out; what they finished stays.
-            start = "\n" if sys.stderr.isatty() else ""  # after the progress line
-            print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
-            return 130
         except PrepareError as e:
             if e.details:
                 print(e.details, file=sys.stderr)

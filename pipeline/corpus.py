@@ -14,7 +14,7 @@ import random
 import sys
 from collections.abc import Iterator
 
-from pipeline.tiktoken_tokenizer import ENDOFTEXT
+from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")
 ANIMALS = ("cat", "dog", "bird", "bunny", "frog", "duck", "puppy", "kitten", "fox", "bear")

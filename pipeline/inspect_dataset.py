@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from pipeline.manifest_io import read_manifest, read_records
-from pipeline.tokenizer import load_tokenizer
+from pipeline.tokenization import load_tokenizer
 from schemas.manifest import ManifestError
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
+# Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
+# kept each whole, one record of any length): same manifest, records read the same way, so the
+# loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
+READABLE_MANIFEST_VERSIONS = (3, 4)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.
@@ -24,6 +28,11 @@ UNITS_DIR = "units"
 UNIT_REJECTS_DIR = "rejects"
 
 SPLITS = ("train", "validation")
+
+# The loader's checkpointed state is a position in its plan of batches; the version says which plan.
+# Version 2 draws rows from the whole epoch (version 1 cut them from a stream of whole records) and
+# mixes sources per row or piece: the same position means other batches, so another version is refused.
+LOADER_STATE_VERSION = 2
 SHARD_STEM = "data.array_record"
 
 # ArrayRecord writer options: uncompressed (token ids barely compress) and one record per chunk,

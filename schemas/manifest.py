@@ -44,7 +44,7 @@ class PrepareConfig:
     skip_bad_files: bool = False
     hf_split: str = "train"
     hf_name: str | None = None
-    # Override the tokenizer's document boundary rule (pipeline/document_boundaries.py): a special
+    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a special
     # token put before / after each document; bos_token "none" puts none.
     bos_token: str | None = None
     eos_token: str | None = None
@@ -220,7 +220,7 @@ JSON_SCHEMA: dict[str, Any] = {
     **_object(
         {
             "format": {"const": formats.MANIFEST_FORMAT},
-            "version": {"const": formats.MANIFEST_VERSION},
+            "version": {"enum": list(formats.READABLE_MANIFEST_VERSIONS)},
             "tokenizer": _object(
                 {
                     "name": _STR,
@@ -307,10 +307,10 @@ class ManifestError(ValueError):
 
 def validate(data: Any) -> None:
     if isinstance(data, dict) and data.get("format") == formats.MANIFEST_FORMAT:
-        if data.get("version") != formats.MANIFEST_VERSION:
+        if data.get("version") not in formats.READABLE_MANIFEST_VERSIONS:
             raise ManifestError(
                 f"manifest version {data.get('version')!r} is not supported by this reader "
-                f"(expected {formats.MANIFEST_VERSION}); prepare the data again or upgrade"
+                f"(expected one of {formats.READABLE_MANIFEST_VERSIONS}); prepare the data again or upgrade"
             )
     try:
         jsonschema.validate(data, JSON_SCHEMA)

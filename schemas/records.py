@@ -1,16 +1,17 @@
 """Record layout of the prepared shards.
 
-A record is a flat run of token ids, little-endian, of the manifest's dtype, holding whole
-documents only: every record starts at the start of a document and ends with an end-of-text id.
-Consecutive documents of one work unit (after its seeded shuffle) are packed greedily into records
-of at most `record_tokens` tokens; a document longer than that is a record of its own, whatever its
-length. So the loader, which shuffles records, never separates the pieces of a document: a long
-document reaches the token stream whole and contiguous, and only a document's start follows an
-end-of-text id.
+A record is a flat run of token ids, little-endian, of the manifest's dtype. Consecutive documents
+of one work unit (after its seeded shuffle) are packed greedily into records of at most
+`record_tokens` tokens, each ending with its end-of-text id. A document longer than that is cut
+into records of `record_tokens` tokens from its start, its last part a record of its own: so no
+record is longer than `record_tokens`, a record that does not end with an end-of-text id is
+continued by the next record of its shard, and only a record that starts a document follows one.
 
-Packing many short documents per record keeps per-record costs (writing, the loader's random
-reads) off the hot path: TinyStories documents are ~200 tokens, so one document per record would
-make record overhead dominate.
+Every record is bounded because the loader reads a record to take a window or a piece of it, and
+it draws those from all over an epoch: an unbounded record (a book of a million tokens) would be
+read whole for every window of it. Packing many short documents per record keeps per-record costs
+(writing, the loader's random reads) off the hot path: TinyStories documents are ~200 tokens, so
+one document per record would make record overhead dominate.
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
         if used and used + length > record_tokens:
             bounds.append(position)
             used = 0
+        if length > record_tokens:
+            bounds += range(position + record_tokens, position + length, record_tokens)
+            bounds.append(position + length)  # the document's last part is a record of its own
+        else:
+            used += length
         position += length
-        used += length
     if position > bounds[-1]:
         bounds.append(position)
     return bounds

@@ -140,7 +140,7 @@ def write_parquet(path: str, docs: list[str], row_group_size: int = 50) -> str:
 
 @pytest.fixture(scope="session")
 def encoding():
-    from pipeline.tiktoken_tokenizer import load_encoding
+    from pipeline.tokenization.tiktoken_backend import load_encoding
 
     return load_encoding("gpt2")
 

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from conftest import run_prepare
-from pipeline import hub_tokenizer
-from pipeline.tokenizer import TokenizerError, load_tokenizer
+from pipeline.tokenization import TokenizerError, load_tokenizer
+from pipeline.tokenization.hub import pin
 from tokenizer_files import shifted, train_bpe
 
 
@@ -33,15 +33,15 @@ def test_a_hub_tokenizer_is_pinned_and_read_at_its_commit(hub, tmp_path):
     other = tmp_path / "other"
     shifted(train_bpe(str(tmp_path / "v2")), str(other), 1000)
     hub.commit("org/model", str(other))
-    assert hub_tokenizer.pin("hf:org/model") != f"hf:org/model@{first}"
+    assert pin("hf:org/model") != f"hf:org/model@{first}"
     again = load_tokenizer(f"hf:org/model@{first}")
     assert again.info.vocab_sha256 == local.info.vocab_sha256, "a pinned spec reads its own commit"
 
 
 def test_hub_tokenizer_errors_are_one_line(hub):
     with pytest.raises(TokenizerError, match="cannot be resolved"):
-        hub_tokenizer.pin("hf:org/missing")
+        pin("hf:org/missing")
     with pytest.raises(TokenizerError, match="not pinned to a commit"):
         load_tokenizer("hf:org/model@main")
     with pytest.raises(TokenizerError, match="is not hf:ORG/NAME"):
-        hub_tokenizer.pin("hf:no-slash")
+        pin("hf:no-slash")

@@ -6,7 +6,17 @@ import os
 import re
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("schemas/", "pipeline/prepare/", "pipeline/load/", "pipeline/", "model/", "train/", "benchmarks/")
+PACKAGES = (
+    "schemas/",
+    "pipeline/prepare/",
+    "pipeline/prepare/cleaning/",
+    "pipeline/load/",
+    "pipeline/tokenization/",
+    "pipeline/",
+    "model/",
+    "train/",
+    "benchmarks/",
+)
 
 
 def layout_rows() -> dict[str, set[str]]:

@@ -12,9 +12,8 @@ import grain
 import numpy as np
 import pytest
 from conftest import read_split as read_records
-from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from synthetic import EOT_ID, unique_documents, write_prepared
 
-from pipeline.load.record_order import permutation
 from pipeline.load.loader import LoaderConfig, LoaderError, host_batch_size, make_dataset, make_iterator, open_prepared
 from schemas import formats
 
@@ -46,11 +45,10 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
             np.testing.assert_array_equal(x[name], y[name])
 
 
-def global_stream(data_dir: str, *, seed: int, epoch: int = 0) -> np.ndarray:
-    """One epoch's tokens, records in the order the shuffle says, read independently of the loader."""
-    records = read_records(data_dir)
-    order = permutation(len(records), seed=seed, source=0, epoch=epoch)
-    return np.concatenate([records[j] for j in order])
+def split_stream(data_dir: str) -> np.ndarray:
+    """The split's tokens, records in manifest order, read independently of the loader: what each
+    epoch of concat packing cuts its windows from, read round from an offset of its own."""
+    return np.concatenate(read_records(data_dir))
 
 
 def global_batches(cfg: LoaderConfig, count: int) -> list[dict[str, np.ndarray]]:
@@ -59,9 +57,29 @@ def global_batches(cfg: LoaderConfig, count: int) -> list[dict[str, np.ndarray]]
     return [{name: np.concatenate([p[step][name] for p in parts]) for name in parts[0][step]} for step in range(len(parts[0]))]
 
 
-def windows_of(batches: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """The token stream concat packing cut the batches from (each row is inputs + last target)."""
-    return np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1).reshape(-1) for b in batches])
+def rows_of(batches: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Each concat row as the window it was cut from (inputs + last target), [rows, seq_len + 1]."""
+    return np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1) for b in batches])
+
+
+def window_starts(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Where each row starts in `stream` read round (its words are unique), -1 for a row that is not
+    one run of it."""
+    where = {int(t): i for i, t in enumerate(stream) if t != EOT_ID}
+    doubled = np.concatenate([stream, stream])
+    starts = []
+    for row in rows:
+        j = int(np.flatnonzero(row != EOT_ID)[0])
+        at = (where[int(row[j])] - j) % len(stream)
+        starts.append(at if np.array_equal(doubled[at : at + len(row)], row) else -1)
+    return np.array(starts)
+
+
+def coverage(starts: np.ndarray, width: int, size: int) -> np.ndarray:
+    """How many of the windows at `starts` cover each position of a stream of `size` read round."""
+    covered = np.zeros(size, np.int64)
+    np.add.at(covered, (starts[:, None] + np.arange(width)) % size, 1)
+    return covered
 
 
 def test_same_config_gives_the_same_batches_and_the_seed_changes_them(prepared):
@@ -91,24 +109,26 @@ def document_of(documents: list[np.ndarray]):
     return lambda ids: np.searchsorted(firsts, ids, side="right") - 1
 
 
-def test_concat_never_runs_one_document_into_another_and_keeps_long_ones_contiguous(long_documents):
+def test_concat_never_runs_one_document_into_another_and_spreads_long_ones(long_documents):
     data_dir, documents = long_documents
-    stream = windows_of(list(make_dataset(config(data_dir, num_epochs=1))))
+    rows = rows_of(list(make_dataset(config(data_dir, num_epochs=1))))
     doc = document_of(documents)
-    words = stream != EOT_ID
-    pairs = words[:-1] & words[1:]
-    # Two words side by side are consecutive tokens of one document: a different document is
-    # always behind an end-of-text id.
-    np.testing.assert_array_equal(doc(stream[1:][pairs]), doc(stream[:-1][pairs]))
-    np.testing.assert_array_equal(stream[1:][pairs], stream[:-1][pairs] + 1)
-    position = {int(t): i for i, t in enumerate(stream) if t != EOT_ID}
+    words = rows != EOT_ID
+    pairs = words[:, :-1] & words[:, 1:]
+    # Two words side by side in a window are consecutive tokens of one document: a different
+    # document is always behind an end-of-text id.
+    np.testing.assert_array_equal(doc(rows[:, 1:][pairs]), doc(rows[:, :-1][pairs]))
+    np.testing.assert_array_equal(rows[:, 1:][pairs], rows[:, :-1][pairs] + 1)
+    # Each token is read once; a long document is read whole, in windows from all over the epoch,
+    # not in consecutive rows.
+    seen = rows[words]
+    assert len(np.unique(seen)) == len(seen)
     long_ones = [d for d in documents if len(d) > 3 * 64]
-    whole = [d for d in long_ones if int(d[0]) in position and int(d[-1]) in position]
-    assert len(whole) >= len(long_ones) - 1  # only the dropped tail may cut one
+    whole = [d for d in long_ones if np.isin(d, seen).all()]
+    assert len(whole) >= len(long_ones) - 4  # only the tail left unread (under a batch) may cut some
     for d in whole:
-        at = position[int(d[0])]
-        np.testing.assert_array_equal(stream[at : at + len(d)], d)
-        assert stream[at + len(d)] == EOT_ID and (at == 0 or stream[at - 1] == EOT_ID)
+        found = np.flatnonzero(np.isin(rows, d).any(axis=1))
+        assert found[-1] - found[0] > 4 * len(found)
 
 
 def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_documents):
@@ -129,13 +149,15 @@ def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_doc
                 assert inputs[0] == (EOT_ID if offset == 0 else documents[d][offset - 1])
                 pieces.setdefault(d, []).append((offset, len(targets)))
     # The pieces of a document tile it, end-of-text id included: all but the last are seq_len long.
-    # Only the document running into the dropped last batch may lack its tail.
-    cut = 0
+    # Only pieces of the dropped last batch (4 rows) are missing.
+    missing = 0
     for d, found in pieces.items():
         found.sort()
-        assert [o for o, _ in found] == [k * seq_len for k in range(len(found))]
-        cut += sum(n for _, n in found) != len(documents[d]) + 1
-    assert cut <= 1
+        offsets = [o for o, _ in found]
+        assert len(set(offsets)) == len(offsets) and all(o % seq_len == 0 for o in offsets)
+        assert all(n == min(seq_len, len(documents[d]) + 1 - o) for o, n in found)
+        missing += len(documents[d]) + 1 - sum(n for _, n in found)
+    assert missing <= 4 * seq_len
     assert sum(len(found) > 1 for found in pieces.values()) >= 30
 
 
@@ -145,10 +167,12 @@ def test_hosts_hold_the_rows_of_one_global_batch_that_does_not_depend_on_their_n
     assert host_batch_size(dataclasses.replace(cfg, shard_count=count)) == 8 // count
     joined = global_batches(cfg, count)
     assert_same(joined, list(make_dataset(cfg)))
-    # Concat packing: consecutive windows of the shuffled records, less a tail shorter than a batch.
-    windows, stream = windows_of(joined), global_stream(prepared, seed=0)
-    assert 0 <= len(stream) - windows.size < 8 * 33
-    np.testing.assert_array_equal(windows, stream[: windows.size])
+    # Concat packing: windows of the split's stream, each token read once, less a tail shorter than
+    # a batch.
+    rows, stream = rows_of(joined), split_stream(prepared)
+    starts = window_starts(rows, stream)
+    assert (starts >= 0).all() and coverage(starts, 33, len(stream)).max() == 1
+    assert 0 <= len(stream) - rows.size < 8 * 33
 
 
 def test_a_split_with_fewer_records_than_shards_is_read_by_all_of_them(tmp_path):
@@ -160,13 +184,23 @@ def test_a_split_with_fewer_records_than_shards_is_read_by_all_of_them(tmp_path)
                 [{k: v[15:] for k, v in b.items()} for b in reference])
 
 
-def test_epochs_continue_the_stream_with_a_new_order(prepared):
-    stream = windows_of(list(make_dataset(config(prepared, num_epochs=2))))
-    epochs = [global_stream(prepared, seed=0, epoch=e) for e in (0, 1)]
-    assert len(epochs[0]) + len(epochs[1]) - 4 * 33 < len(stream)
-    # The stream runs on from one epoch into the next; the second has its own record order.
-    np.testing.assert_array_equal(stream, np.concatenate(epochs)[: len(stream)])
-    assert not np.array_equal(epochs[0], epochs[1])
+def test_epochs_continue_the_stream_cut_and_drawn_anew(prepared):
+    rows, stream = rows_of(list(make_dataset(config(prepared, num_epochs=2)))), split_stream(prepared)
+    starts, size = window_starts(rows, stream), len(stream)
+    inside = size // 33  # the first epoch's windows; the next one runs on into the second epoch
+    first, second = starts[:inside], starts[inside + 1 :]
+    assert len(second) > inside - 4 - 1
+    for epoch in (first, second):
+        # Each epoch's windows are runs of the stream that cover it once, drawn in no stream order.
+        assert (epoch >= 0).all() and coverage(epoch, 33, size).max() == 1
+        assert np.mean(np.diff(epoch) == 33) < 0.05
+    # The window across the epochs holds the first epoch's last tokens, then the second's first.
+    left = coverage(first, 33, size) == 0
+    tail = int(np.flatnonzero(left & ~np.roll(left, 1))[0])
+    doubled = np.concatenate([stream, stream])
+    np.testing.assert_array_equal(rows[inside][: left.sum()], doubled[tail : tail + left.sum()])
+    # The second epoch is cut elsewhere and drawn in another order.
+    assert len(np.intersect1d(first, second)) < 0.05 * inside
 
 
 def test_document_packing_on_files(prepared):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pipeline.prepare.synthetic import unique_documents, write_prepared
+from synthetic import unique_documents, write_prepared
 
 from pipeline.load.batches import main
 from pipeline.load.loader import LoaderConfig, make_dataset

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader import take
 
 from pipeline.load.errors import LoaderError

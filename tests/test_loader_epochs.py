@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from synthetic import EOT_ID, unique_documents, write_prepared
 
 from pipeline.load.data_spec import DataSource
 from pipeline.load.loader import LoaderConfig, make_iterator

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from pipeline.prepare.synthetic import EOT_ID, unique_documents, write_prepared
+from synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader import assert_same, take
 
 from pipeline.load.batches import main as batches_main

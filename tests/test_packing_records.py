@@ -10,26 +10,33 @@ from schemas.records import record_bounds
 
 
 @pytest.mark.parametrize("record_tokens", [16, 50, 1000])
-def test_records_hold_whole_documents_and_only_long_ones_exceed_the_bound(record_tokens):
+def test_records_are_bounded_and_cut_only_documents_longer_than_the_bound(record_tokens):
     rng = np.random.default_rng(record_tokens)
     lengths = [int(x) for x in rng.integers(1, 3 * record_tokens, 200)]
     bounds = record_bounds(lengths, record_tokens)
+    doc_starts = np.cumsum([0, *lengths[:-1]]).tolist()
     doc_ends = set(np.cumsum(lengths).tolist())
     assert bounds[0] == 0 and bounds[-1] == sum(lengths)
-    assert set(bounds[1:]) <= doc_ends, "a record boundary inside a document"
-    for a, b in zip(bounds, bounds[1:]):
-        inside = [e for e in doc_ends if a < e <= b]
-        # Over the bound only as a record of one document; records are filled greedily.
-        assert b - a <= record_tokens or len(inside) == 1
-    for a, b, c in zip(bounds, bounds[1:], bounds[2:]):
-        next_doc = min(e for e in doc_ends if e > b) - b
-        assert (b - a) + next_doc > record_tokens, "the next document would have fit"
+    assert all(0 < b - a <= record_tokens for a, b in zip(bounds, bounds[1:]))
+    long_ones = [(s, n) for s, n in zip(doc_starts, lengths) if n > record_tokens]
+    # A document longer than the bound is cut every record_tokens from its start, and its last part
+    # is a record of its own; other boundaries fall between documents.
+    cuts = {s + k for s, n in long_ones for k in range(record_tokens, n, record_tokens)}
+    assert set(bounds[1:]) - doc_ends == cuts
+    assert {s for s, _ in long_ones} <= set(bounds) and {s + n for s, n in long_ones} <= set(bounds)
+    # Whole documents fill records greedily: the next one would not have fit, unless it is cut or
+    # the record ends a cut one.
+    length_at = dict(zip(doc_starts, lengths))
+    for a, b in zip(bounds, bounds[1:-1]):
+        if b not in cuts and a not in cuts and length_at[b] <= record_tokens and length_at.get(a, 0) <= record_tokens:
+            assert (b - a) + length_at[b] > record_tokens
 
 
 def test_record_bounds_fill_records_greedily():
     assert record_bounds([3, 3, 3], 6) == [0, 6, 9]
-    assert record_bounds([7], 3) == [0, 7]
-    assert record_bounds([2, 7, 1], 3) == [0, 2, 9, 10]
+    assert record_bounds([7], 3) == [0, 3, 6, 7]
+    assert record_bounds([2, 7, 1], 3) == [0, 2, 5, 8, 9, 10]
+    assert record_bounds([7, 1, 3], 3) == [0, 3, 6, 7, 8, 11]
     assert record_bounds([], 8) == [0]
 
 

@@ -120,18 +120,23 @@ def test_bom_at_start_of_jsonl(tmp_path, encoding):
     assert decoded_documents(out, encoding) == ["hello"]
 
 
-def test_a_long_document_is_one_record(tmp_path, encoding):
+def test_a_long_document_is_cut_into_records_of_record_tokens(tmp_path, encoding):
     long_doc = " ".join(f"w{i}" for i in range(5000))
     path = write_jsonl(str(tmp_path / "l.jsonl"), ["short"] * 40 + [long_doc])
     out = str(tmp_path / "out")
     manifest = run_prepare([str(path)], out, "--record-tokens", "64")
-    records = read_split(out)
+    records = [r.tolist() for r in read_split(out)]
+    assert all(len(r) <= 64 for r in records)
+    # The long document's records, in order, one after another: full ones, then its last part
+    # alone, which alone of them ends with the end-of-text id.
     long_ids = encoding.encode_ordinary(long_doc) + [encoding.eot_token]
-    assert [r.tolist() for r in records].count(long_ids) == 1
-    assert all(len(r) <= 64 for r in records if r.tolist() != long_ids)
-    assert all(r[-1] == encoding.eot_token for r in records)
+    first = records.index(long_ids[:64])
+    parts = records[first : first + -(-len(long_ids) // 64)]
+    assert sum(parts, []) == long_ids
+    assert [r[-1] == encoding.eot_token for r in parts] == [False] * (len(parts) - 1) + [True]
+    assert all(r[-1] == encoding.eot_token for r in records[:first] + records[first + len(parts) :])
     assert sorted(decoded_documents(out, encoding)) == sorted(["short"] * 40 + [long_doc])
-    assert manifest.totals["train"].records == len(records) > 2
+    assert manifest.totals["train"].records == len(records) > len(parts) > 2
 
 
 @pytest.mark.slow

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
-from pipeline.planted import near_copy, planted_corpus
+from pipeline.prepare.cleaning.fingerprints import minhash, normalized, word_hashes
+from pipeline.prepare.cleaning.removals import EXACT, NEAR, duplicates, merge, place
+from pipeline.prepare.cleaning.unit_documents import kept_documents
 from pipeline.prepare.documents import DocumentPiece
-from pipeline.prepare.fingerprints import minhash, normalized, word_hashes
-from pipeline.prepare.removals import EXACT, NEAR, duplicates, merge, place
-from pipeline.prepare.unit_documents import kept_documents
+from planted import near_copy, planted_corpus
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,8 +175,8 @@ def test_bad_input_in_the_cleaning_pass_is_one_line_or_a_recorded_skip(tmp_path)
 
 
 def test_a_cleaning_stage_completed_against_other_eval_files_is_refused(tmp_path):
-    from pipeline.prepare.cleaning_job import fingerprints_key, is_cleaned
-    from pipeline.prepare.removals import cleaned_path
+    from pipeline.prepare.cleaning.job import fingerprints_key, is_cleaned
+    from pipeline.prepare.cleaning.removals import cleaned_path
     from pipeline.prepare.worker import RunContext
     from schemas.manifest import PrepareConfig
 

@@ -375,29 +375,3 @@ def test_the_forked_worker_pool_refuses_a_caller_without_its_secret():
     no_secret, wrong_secret, own = result.stdout.splitlines()
     assert "refused" in no_secret and "refused" in wrong_secret
     assert own == "''", "the job's own runner gets its worker"
-
-
-@pytest.mark.slow
-def test_ctrl_c_stops_with_one_line_and_status_130_and_the_rerun_resumes(tmp_path):
-    corpus = str(tmp_path / "stories.txt")
-    write_corpus(corpus, 20000, seed=5)
-    out = str(tmp_path / "out")
-    args = ["--input", corpus, "--output", out, "--unit-bytes", "65536", "--direct_num_workers=2"]
-    units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=REPO,
-                               start_new_session=True, stderr=subprocess.PIPE, text=True)
-    def records() -> list[str]:  # a record being written is a hidden temporary until renamed
-        return [n for n in os.listdir(units_dir) if not n.startswith(".")] if os.path.isdir(units_dir) else []
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not records():
-        time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr, stderr
-    assert stderr.splitlines()[-1] == "prepare: interrupted; the units done are kept, and a rerun resumes", stderr
-    assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    rerun = cli(*args)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "already done)" in rerun.stderr and "(0 already done)" not in rerun.stderr

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from conftest import decoded_documents, run_prepare
 from pipeline.prepare.documents import EMPTY, LINE_TOO_LONG, MISSING_TEXT
 from pipeline.prepare.sources.base import BOM, separator_regex
-from pipeline.tiktoken_tokenizer import load_encoding
+from pipeline.tokenization.tiktoken_backend import load_encoding
 from test_sources import config, read_all
 
 FAST, LONG = "fast", "long"

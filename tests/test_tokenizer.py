@@ -15,8 +15,9 @@ import tiktoken.load
 import tokenizers
 
 from conftest import read_split, run_prepare
-from pipeline import hf_tokenizer, tokenizer
-from pipeline.tiktoken_tokenizer import GPT2_RANKS_SHA256, _bundled_ranks_path, load_encoding
+from pipeline import tokenization
+from pipeline.tokenization import hf_backend
+from pipeline.tokenization.tiktoken_backend import GPT2_RANKS_SHA256, _bundled_ranks_path, load_encoding
 from tokenizer_files import SPECIALS, VARIED, shifted, train_bpe, write_tiktoken_spec
 
 
@@ -60,15 +61,15 @@ def test_bundled_table_matches_pinned_hash():
 
 
 def test_gpt2_is_tiktokens_gpt2_layout(encoding):
-    gpt2 = tokenizer.load_tokenizer("gpt2")
+    gpt2 = tokenization.load_tokenizer("gpt2")
     assert gpt2.info.n_vocab == 50257 and gpt2.info.eot_id == 50256 and gpt2.info.bos_id is None
-    assert tokenizer.tokenizer_info("r50k_base").vocab_sha256 == gpt2.info.vocab_sha256
+    assert tokenization.tokenizer_info("r50k_base").vocab_sha256 == gpt2.info.vocab_sha256
     flat, lengths = gpt2.encode_documents(VARIED)
     assert _documents(flat, lengths) == _expected(encoding.encode_ordinary, VARIED, None, 50256)
 
 
 def test_hf_tokenizer_equals_the_library_with_end_of_text_after_each_document(bpe):
-    hf = tokenizer.load_tokenizer(bpe)
+    hf = tokenization.load_tokenizer(bpe)
     assert hf.info.library == "tokenizers" and hf.info.library_version == tokenizers.__version__
     eos = SPECIALS.index("<|endoftext|>")
     assert (hf.info.eot_id, hf.info.bos_id) == (eos, None), "no rule in the file: <|endoftext|> after each"
@@ -81,8 +82,8 @@ def test_hf_tokenizer_equals_the_library_with_end_of_text_after_each_document(bp
 
 
 def test_hf_batches_of_documents_join_in_order(bpe, monkeypatch):
-    monkeypatch.setattr(hf_tokenizer, "ENCODE_BATCH", 3)
-    hf = tokenizer.load_tokenizer(bpe)
+    monkeypatch.setattr(hf_backend, "ENCODE_BATCH", 3)
+    hf = tokenization.load_tokenizer(bpe)
     flat, lengths = hf.encode_documents(VARIED)
     assert _documents(flat, lengths) == _expected(_hf_reference(bpe), VARIED, None, hf.info.eot_id)
 
@@ -90,7 +91,7 @@ def test_hf_batches_of_documents_join_in_order(bpe, monkeypatch):
 def test_tiktoken_spec_file_equals_encode_ordinary(bpe, tmp_path):
     for suffix in (".json", ".toml"):
         spec = write_tiktoken_spec(bpe, str(tmp_path / suffix[1:]), suffix)
-        loaded = tokenizer.load_tokenizer(spec)
+        loaded = tokenization.load_tokenizer(spec)
         assert loaded.info.library == "tiktoken" and loaded.info.eot_id == SPECIALS.index("<|endoftext|>")
         flat, lengths = loaded.encode_documents(VARIED)
         documents = _documents(flat, lengths)
@@ -119,14 +120,14 @@ def test_bos_and_eos_from_the_tokenizers_own_rule(bpe, tmp_path, backend):
         data = json.loads(open(spec).read())
         open(spec, "w").write(json.dumps({**data, "bos_token": "<s>", "eos_token": "</s>"}))
         reference = _tiktoken_reference(spec)
-    loaded = tokenizer.load_tokenizer(spec)
+    loaded = tokenization.load_tokenizer(spec)
     assert (loaded.info.bos_id, loaded.info.eot_id) == (bos, eos)
     flat, lengths = loaded.encode_documents(VARIED)
     assert _documents(flat, lengths) == _expected(reference, VARIED, bos, eos)
     first, _ = loaded.encode_piece(VARIED[0], first=True)
     later, _ = loaded.encode_piece(VARIED[0], first=False)
     assert first.tolist() == [bos, *later.tolist()] and later[-1] == eos
-    flags = tokenizer.load_tokenizer(spec, bos_token="none", eos_token="<|endoftext|>")
+    flags = tokenization.load_tokenizer(spec, bos_token="none", eos_token="<|endoftext|>")
     assert (flags.info.bos_id, flags.info.eot_id) == (None, 0) and "flags" in flags.info.boundary
 
 
@@ -134,23 +135,23 @@ def test_a_tokenizer_json_without_any_end_token_is_refused_naming_the_flag(tmp_p
     model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
     path = str(tmp_path / "tokenizer.json")
     model.save(path)
-    with pytest.raises(tokenizer.TokenizerError, match="--eos-token"):
-        tokenizer.load_tokenizer(path)
-    with pytest.raises(tokenizer.TokenizerError, match="no token '<x>'"):
-        tokenizer.load_tokenizer(path, eos_token="<x>")
+    with pytest.raises(tokenization.TokenizerError, match="--eos-token"):
+        tokenization.load_tokenizer(path)
+    with pytest.raises(tokenization.TokenizerError, match="no token '<x>'"):
+        tokenization.load_tokenizer(path, eos_token="<x>")
 
 
 def test_specs_that_do_not_fix_the_ids_are_refused(bpe, tmp_path):
     spec = write_tiktoken_spec(bpe, str(tmp_path))
-    with pytest.raises(tokenizer.TokenizerError, match="bare tiktoken rank file.*pat_str"):
-        tokenizer.load_tokenizer(os.path.join(os.path.dirname(spec), "trained.tiktoken"))
-    with pytest.raises(tokenizer.TokenizerError, match="unknown tokenizer"):
-        tokenizer.load_tokenizer("no_such_encoding")
-    with pytest.raises(tokenizer.TokenizerError, match="does not exist"):
-        tokenizer.load_tokenizer(str(tmp_path / "missing.json"))
+    with pytest.raises(tokenization.TokenizerError, match="bare tiktoken rank file.*pat_str"):
+        tokenization.load_tokenizer(os.path.join(os.path.dirname(spec), "trained.tiktoken"))
+    with pytest.raises(tokenization.TokenizerError, match="unknown tokenizer"):
+        tokenization.load_tokenizer("no_such_encoding")
+    with pytest.raises(tokenization.TokenizerError, match="does not exist"):
+        tokenization.load_tokenizer(str(tmp_path / "missing.json"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(tokenizer.TokenizerError, match="holds no tokenizer.json"):
-        tokenizer.load_tokenizer(str(tmp_path / "empty"))
+    with pytest.raises(tokenization.TokenizerError, match="holds no tokenizer.json"):
+        tokenization.load_tokenizer(str(tmp_path / "empty"))
 
 
 def test_identity_hash_follows_the_ids_not_the_layout(bpe, tmp_path):
@@ -158,15 +159,15 @@ def test_identity_hash_follows_the_ids_not_the_layout(bpe, tmp_path):
     reformatted = tmp_path / "a" / "tokenizer.json"
     reformatted.parent.mkdir()
     reformatted.write_text(json.dumps(definition, indent=4))
-    assert tokenizer.tokenizer_info(str(reformatted)).vocab_sha256 == tokenizer.tokenizer_info(bpe).vocab_sha256
+    assert tokenization.tokenizer_info(str(reformatted)).vocab_sha256 == tokenization.tokenizer_info(bpe).vocab_sha256
     other = shifted(bpe, str(tmp_path / "b"), 1000)
-    assert tokenizer.tokenizer_info(other).vocab_sha256 != tokenizer.tokenizer_info(bpe).vocab_sha256
+    assert tokenization.tokenizer_info(other).vocab_sha256 != tokenization.tokenizer_info(bpe).vocab_sha256
 
 
 def test_saved_copies_load_to_the_same_identity(bpe, tmp_path):
     for spec in (bpe, write_tiktoken_spec(bpe, str(tmp_path / "tt")), "gpt2"):
-        loaded = tokenizer.load_tokenizer(spec)
-        again = tokenizer.load_tokenizer(loaded.save(str(tmp_path / "copy" / loaded.library)))
+        loaded = tokenization.load_tokenizer(spec)
+        again = tokenization.load_tokenizer(loaded.save(str(tmp_path / "copy" / loaded.library)))
         same = ("vocab_sha256", "n_vocab", "eot_id", "bos_id", "library")
         assert [getattr(again.info, k) for k in same] == [getattr(loaded.info, k) for k in same]
 

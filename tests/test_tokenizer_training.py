@@ -15,7 +15,7 @@ import pytest
 
 from conftest import IN_PROCESS, read_split
 from pipeline.corpus import write_corpus
-from pipeline.tokenizer import load_tokenizer
+from pipeline.tokenization import load_tokenizer
 from tokenizer_files import shifted, train_bpe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from model.config import preset
-from pipeline.prepare.synthetic import write_prepared
+from synthetic import write_prepared
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.trainer import train

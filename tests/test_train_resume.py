@@ -125,3 +125,24 @@ def test_the_optimizer_settings_have_flags_with_their_defaults_and_are_saved(pre
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "3", "--beta2", "0.99")
     assert code == 0, err
     assert _train_rows(workdir)[-1]["step"] == 3
+
+
+def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished, tmp_path, capsys):
+    # A run saved before batches were drawn from the whole epoch: its loader state (a position in
+    # other batches) has no version. Resuming on it would train on other data than the run's.
+    workdir = str(tmp_path / "run")
+    shutil.copytree(finished, workdir)
+    states = [os.path.join(root, name) for root, _, names in os.walk(os.path.join(workdir, "checkpoints"))
+              for name in names if name.startswith("process_") and name.endswith(".json")]
+    assert states
+    for path in states:
+        with open(path) as f:
+            state = json.load(f)
+        assert state.pop("version") == 2
+        with open(path, "w") as f:
+            json.dump(state, f)
+    code, _, err = _run(capsys, "--workdir", workdir, "--steps", "4")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0], err
+    assert len(_train_rows(workdir)) == 2

@@ -12,8 +12,8 @@ import dataclasses
 import json
 import os
 
-from pipeline.document_boundaries import NO_BOS
-from pipeline.tokenizer import Tokenizer, load_tokenizer
+from pipeline.tokenization import Tokenizer, load_tokenizer
+from pipeline.tokenization.boundaries import NO_BOS
 from schemas.manifest import Manifest, TokenizerInfo
 
 TOKENIZER_NAME = "tokenizer.json"

@@ -4,11 +4,15 @@
     -> the global plan of each step's batch                  (global_index: from lengths alone)
     -> this host's rows of it, read from ArrayRecord shards  (rows; in the prefetch workers)
 
+A batch's rows are drawn from the whole epoch (windows of the token stream for concat packing,
+records' short documents and long documents' pieces for document packing; see global_index).
+
 The global batch at step `s` depends on the data, the seed, `seq_len`, the global batch size, the
 packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
 `b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
-plan's position (a few integers, JSON, the same on every process). It fits
-`grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
+plan's position (a few integers, JSON, the same on every process), with the version of the plan
+that gave it: a state of another version is refused, not read as a position in other batches. It
+fits `grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
 with any `shard_count` that divides the global batch and any `worker_count`: the restored
 iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
 """
@@ -28,18 +32,19 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
+from pipeline.load.record_reads import SplitRecords
 from pipeline.load.rows import (
     FIELDS,
     batch_of,
     concat_rows,
     document_rows,
     new_window,
-    record_tokens,
     step_of,
     transport_dtype,
 )
 from schemas import formats
 from schemas.manifest import Manifest, ManifestError
+from schemas.records import numpy_dtype
 
 # Token ids leave the loader as int32 (what embedding lookups take).
 MAX_VOCAB = 2**31
@@ -215,19 +220,23 @@ class _HostRows:
         self.rows = host_batch_size(config)
         self._first_row = index * self.rows
         self._planner: Planner | None = None
-        self._sources: list[grain.sources.ArrayRecordDataSource] = []
+        self._lengths: list[SplitLengths] = []
+        self._sources: list[SplitRecords] = []
         self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
         self._records: dict[tuple[int, int], np.ndarray] = {}  # the last batch's, by (source, record)
+        self._dtype = numpy_dtype(manifests[0].dtype)
+        self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_sources": [], "_walked": None, "_records": {}}
+        return {**self.__dict__, "_planner": None, "_lengths": [], "_sources": [], "_walked": None, "_records": {}}
 
     @property
     def planner(self) -> Planner:
         if self._planner is None:
             config = self._config
+            self._lengths = [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)]
             self._planner = Planner(
-                [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)],
+                self._lengths,
                 stages=mixture_stages(config.sources),
                 seed=config.seed,
                 seq_len=config.seq_len,
@@ -236,10 +245,8 @@ class _HostRows:
                 num_epochs=config.num_epochs,
             )
             self._sources = [
-                grain.sources.ArrayRecordDataSource(
-                    [f"{epath.Path(s.path) / shard.path}[0:{shard.records}]" for shard in m.shards_of(config.split)]
-                )
-                for s, m in zip(config.sources, self._manifests)
+                SplitRecords([str(epath.Path(s.path) / shard.path) for shard in m.shards_of(config.split)], lengths)
+                for s, m, lengths in zip(config.sources, self._manifests, self._lengths)
             ]
         return self._planner
 
@@ -280,17 +287,20 @@ class _HostRows:
         plan, after = planner.plan(position)
         self._walked = (self._walked[0], after) if self._walked else None
         mine = plan.rows(self._first_row, self._first_row + self.rows, planner.width)
-        dtype = np.dtype(self._manifests[0].dtype).newbyteorder("<")
-        eot = self._manifests[0].tokenizer.eot_id
-        # A record in progress is taken up again by the next step: it is read once.
+        # A unit in progress is taken up again by the next step: its record is read once. Records are
+        # read whole (ArrayRecord's unit) and held as the bytes read; only the pieces are copied.
         last, records = self._records, {}
         for key in set(zip(mine.source.tolist(), mine.record.tolist())):
-            records[key] = last[key] if key in last else record_tokens(self._sources[key[0]][key[1]], dtype, eot)
+            records[key] = last[key] if key in last else np.frombuffer(self._sources[key[0]][key[1]], self._dtype)
         self._records = records
         if self._config.packing == "concat":
             concat_rows(mine, records, batch, width=planner.width)
         else:
-            document_rows(mine, records, batch)
+            before = {}
+            for source, record in records:
+                token = self._lengths[source].token_before(record)
+                before[(source, record)] = self._eot if token < 0 else token
+            document_rows(mine, records, batch, before=before)
         return after
 
 
@@ -382,9 +392,16 @@ class _HostBatchIterator(grain.DatasetIterator):
         return batch_of(self._window, k)
 
     def get_state(self) -> dict[str, Any]:
-        return {"position": self._position.to_list()}
+        return {"position": self._position.to_list(), "version": formats.LOADER_STATE_VERSION}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        version = state.get("version", 1)
+        if version != formats.LOADER_STATE_VERSION:
+            raise LoaderError(
+                f"the loader state is a position in batches of loader version {version}; this loader is version "
+                f"{formats.LOADER_STATE_VERSION} and draws other batches, so resuming would train on other data; "
+                "resume with the release that saved it, or start a new run"
+            )
         self._close_reader()
         self._position = Position.from_list(state["position"])
 

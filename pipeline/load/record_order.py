@@ -1,4 +1,6 @@
-"""The order in which an epoch reads a source's records: a keyed bijection, computed, never stored.
+"""The order in which an epoch draws a source's units (its windows for concat packing, its records'
+short documents and its long documents' pieces for document packing): a keyed bijection, computed,
+never stored.
 
 A drawn permutation holds 4 bytes per record in memory and takes seconds per 10^7 records to draw,
 once per source and epoch, at start-up and at every epoch's start: minutes and gigabytes at 10^9
@@ -14,16 +16,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.prepare.splitmix import splitmix64
+from pipeline.splitmix import splitmix64
+
+class EndOfData(Exception):
+    """The plan needs a unit of an epoch past the last one asked for."""
+
 
 _ROUNDS = 6  # Feistel rounds: 4 make a strong pseudo-random permutation; 2 more for small domains
 BLOCK = 4096  # positions computed at once by `EpochOrder`
 
 
-def _round_keys(seed: int, source: int, epoch: int) -> list[np.uint64]:
-    keys, state = [], np.uint64(0)
+def _key(seed: int, source: int, epoch: int) -> np.uint64:
+    state = np.uint64(0)
     for value in (seed, source, epoch):
         state = splitmix64(state ^ np.uint64(value))
+    return state
+
+
+def _round_keys(seed: int, source: int, epoch: int) -> list[np.uint64]:
+    keys, state = [], _key(seed, source, epoch)
     for _ in range(_ROUNDS):
         state = splitmix64(state)
         keys.append(state)
@@ -58,19 +69,29 @@ def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarr
     return permuted(np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch)
 
 
+def rotation(size: int, *, seed: int, source: int, epoch: int) -> int:
+    """A keyed offset in [0, size) for epoch `epoch` of source `source`, apart from its order's keys:
+    where concat packing starts cutting the epoch's token stream, so each epoch's windows are cut
+    elsewhere."""
+    return int(splitmix64(_key(seed, source, epoch) ^ np.uint64(0x5EED0FF5E7)) % np.uint64(size))
+
+
 class EpochOrder:
-    """`record(epoch, position)` for one source, computed `BLOCK` positions at a time."""
+    """`record(epoch, position)` for one source, computed `BLOCK` positions at a time. An epoch may
+    order another number of units than `records` (`size`): concat packing's epochs hold a number of
+    windows that depends on where the epoch's first one starts."""
 
     def __init__(self, records: int, *, seed: int, source: int):
         self._records = records
         self._seed = seed
         self._source = source
-        self._block: tuple[int, int, list[int]] | None = None  # (epoch, first position, its records)
+        self._block: tuple[int, int, int, list[int]] | None = None  # (epoch, first position, size, its records)
 
-    def record(self, epoch: int, position: int) -> int:
+    def record(self, epoch: int, position: int, size: int | None = None) -> int:
+        size = self._records if size is None else size
         first = position - position % BLOCK
-        if self._block is None or self._block[:2] != (epoch, first):
-            positions = np.arange(first, min(first + BLOCK, self._records), dtype=np.uint64)
-            order = permuted(positions, self._records, seed=self._seed, source=self._source, epoch=epoch)
-            self._block = epoch, first, order.tolist()
-        return self._block[2][position - first]
+        if self._block is None or self._block[:3] != (epoch, first, size):
+            positions = np.arange(first, min(first + BLOCK, size), dtype=np.uint64)
+            order = permuted(positions, size, seed=self._seed, source=self._source, epoch=epoch)
+            self._block = epoch, first, size, order.tolist()
+        return self._block[3][position - first]

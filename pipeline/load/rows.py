@@ -4,13 +4,14 @@ Concat rows are windows of `seq_len + 1` tokens: inputs are the first `seq_len`,
 `seq_len`; documents run into one another, separated by the end-of-text ids records end with.
 Document rows hold whole documents (pieces of those over `seq_len`), with `segment_ids` counting
 them from 1 within a row, `positions` counting tokens from 0 within one, and zero padding (segment
-id 0) after them; a piece's inputs are the tokens one to the left of its targets in its record,
-the end-of-text id before a record's first.
+id 0) after them; a piece's inputs are the tokens one to the left of its targets, the end-of-text
+id before a document's first. A piece of a document that runs over several records comes as one
+part per record, one after another under one segment id.
 
-A record is held as int32 after an end-of-text id (`record_tokens`), so a piece's inputs are the
-slice one to the left of its targets. A batch holds a few dozen pieces of hundreds to thousands
-of tokens each, so each is copied as one slice: per-token index arrays measured a tenth faster
-on ~200-token documents and three to seven times slower on long ones.
+A record is held as the bytes read (a view of its stored dtype); only the pieces a batch takes are
+copied out, each as one slice: a window or piece of a long document is a small part of its record.
+Per-token index arrays measured a tenth faster on ~200-token documents and three to seven times
+slower on long ones.
 """
 
 from __future__ import annotations
@@ -27,19 +28,13 @@ CONCAT_FIELDS = ("inputs", "targets")
 DOCUMENT_FIELDS = (*CONCAT_FIELDS, "segment_ids", "positions")
 
 
-def record_tokens(data: bytes, dtype: np.dtype, eot_id: int) -> np.ndarray:
-    """A record's tokens as int32, after an end-of-text id: the input before its first token."""
-    tokens = np.empty(len(data) // dtype.itemsize + 1, np.int32)
-    tokens[0] = eot_id
-    tokens[1:] = np.frombuffer(data, dtype)
-    return tokens
-
-
-def _pieces(plan: StepPlan, records: dict[tuple[int, int], np.ndarray]) -> Iterator[tuple[np.ndarray, int, int, int, int, int]]:
-    """Each piece as (its record's `record_tokens`, source, start, length, dest, segment), in plain ints."""
+def _pieces(
+    plan: StepPlan, records: dict[tuple[int, int], np.ndarray]
+) -> Iterator[tuple[np.ndarray, tuple[int, int], int, int, int, int]]:
+    """Each piece as (its record's tokens, (source, record), start, length, dest, segment), in plain ints."""
     columns = (plan.source, plan.record, plan.start, plan.length, plan.dest, plan.segment)
     for source, record, start, length, dest, segment in zip(*(c.tolist() for c in columns)):
-        yield records[(source, record)], source, start, length, dest, segment
+        yield records[(source, record)], (source, record), start, length, dest, segment
 
 
 def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int,
@@ -92,8 +87,8 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batc
     rows = len(batch["inputs"])
     flat = np.empty(rows * width, np.int32)
     owner = np.empty(rows * width, np.int64) if SOURCE_TOKENS in batch else None
-    for tokens, source, start, length, dest, _ in _pieces(plan, records):
-        flat[dest : dest + length] = tokens[start + 1 : start + 1 + length]
+    for tokens, (source, _), start, length, dest, _ in _pieces(plan, records):
+        flat[dest : dest + length] = tokens[start : start + length]
         if owner is not None:
             owner[dest : dest + length] = source
     windows = flat.reshape(rows, width)
@@ -104,17 +99,27 @@ def concat_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batc
         batch[SOURCE_TOKENS][:] = np.bincount(owner.ravel(), minlength=len(batch[SOURCE_TOKENS]))
 
 
-def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray]) -> None:
+def document_rows(plan: StepPlan, records: dict[tuple[int, int], np.ndarray], batch: dict[str, np.ndarray], *,
+                  before: dict[tuple[int, int], int]) -> None:
     """Fills `batch` (one step of a `new_window`, zeroed) with the rows of `plan`, already clipped to
-    this host's rows, from `records[(source, record)]`."""
+    this host's rows, from `records[(source, record)]`; `before[(source, record)]` is the input
+    before a record's first token (the end-of-text id, or the token a continued document has there)."""
     seq_len = batch["inputs"].shape[1]
     inputs, targets, segment_ids, positions = (batch[name].reshape(-1) for name in DOCUMENT_FIELDS)
     ramp = np.arange(seq_len, dtype=np.int32)
-    for tokens, _, start, length, dest, segment in _pieces(plan, records):
+    previous = (-1, -1)  # (dest past the last part, its segment): a part that goes on from it
+    for tokens, key, start, length, dest, segment in _pieces(plan, records):
         end = dest + length
-        inputs[dest:end] = tokens[start : start + length]
-        targets[dest:end] = tokens[start + 1 : start + 1 + length]
+        if start:
+            inputs[dest:end] = tokens[start - 1 : start - 1 + length]
+        else:
+            inputs[dest] = before[key]
+            inputs[dest + 1 : end] = tokens[: length - 1]
+        targets[dest:end] = tokens[start : start + length]
         segment_ids[dest:end] = segment
-        positions[dest:end] = ramp[:length]
+        # Segment ids count within a row: a part goes on from the last one in its row, not another's.
+        first = positions[dest - 1] + 1 if previous == (dest, segment) and dest % seq_len else 0
+        positions[dest:end] = ramp[first : first + length]
+        previous = end, segment
     if SOURCE_TOKENS in batch:
         batch[SOURCE_TOKENS][:] = np.bincount(plan.source, plan.length, len(batch[SOURCE_TOKENS]))

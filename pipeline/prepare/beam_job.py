@@ -38,7 +38,7 @@ from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import InputChangedError, RunContext, process_unit
 from pipeline.prepare.worker_environment import package_versions, version_mismatch
-from pipeline.tokenizer import load_tokenizer
+from pipeline.tokenization import load_tokenizer
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 

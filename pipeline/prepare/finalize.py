@@ -15,9 +15,9 @@ import os
 
 from pipeline import storage
 from pipeline.manifest_io import shard_sizes
+from pipeline.prepare.cleaning.removals import cleans, write_removals_file
 from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
-from pipeline.prepare.removals import cleans, write_removals_file
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
 from schemas import formats
 from schemas.manifest import EvalFileInfo, InputInfo, Manifest, split_totals

@@ -46,7 +46,7 @@ def die_with_parent() -> None:
 def _serve_one_worker(requests: multiprocessing.connection.Connection) -> None:
     """The life of a forked worker: wait for the runner's endpoints, then be a Beam SDK harness."""
     die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the workers on Ctrl-C
     logging.getLogger().setLevel(logging.WARNING)  # the harness narrates every bundle at INFO
     try:
         control_url, worker_id = requests.recv()

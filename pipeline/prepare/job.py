@@ -26,6 +26,7 @@ from collections.abc import Callable
 import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import interrupts
 from pipeline.prepare import beam_job
 from pipeline.prepare.failures import any_failure
 from pipeline.prepare.forked_workers import die_with_parent, forked_worker_count
@@ -47,6 +48,7 @@ class JobError(RuntimeError):
 
 
 def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: beam_job.Build | None) -> None:
+    interrupts.ignore_here()  # Ctrl-C is the launcher's to act on: it stops this job
     die_with_parent()
     try:
         beam_job.run_units(units, context, options, build)
@@ -111,7 +113,8 @@ def _watch_local(
     start = multiprocessing.get_context(_start_method())
     receive, send = start.Pipe(duplex=False)
     process = start.Process(target=_child, args=(units, context, options, send, build), daemon=False)
-    process.start()
+    with interrupts.ignored_in_children():
+        process.start()
     send.close()
     workers = _Workers(process.pid, forked_worker_count(options))
     wanted = {u.index for u in units}

@@ -20,10 +20,12 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
-from pipeline.hub_tokenizer import is_hub_spec, pin
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
-from pipeline.prepare import beam_job, cleaning_job, eval_sets, hub_filesystem, job
+from pipeline.prepare import beam_job, hub_filesystem, job
+from pipeline.prepare.cleaning import eval_sets
+from pipeline.prepare.cleaning.job import build_cleaning, is_cleaned
+from pipeline.prepare.cleaning.removals import cleans
 from pipeline.prepare.failures import read_failures, remote_failures_dir
 from pipeline.prepare.finalize import (
     FinalizeError,
@@ -40,13 +42,13 @@ from pipeline.prepare.output_dir import (
     prepare_output_dir,
 )
 from pipeline.prepare.planning import Plan, make_plan
-from pipeline.prepare.removals import cleans
 from pipeline.prepare.progress import Progress
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
 from pipeline.prepare.worker_environment import package_versions, staging_options, version_differences
-from pipeline.tokenizer import is_path_spec
+from pipeline.tokenization import is_path_spec
+from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
 from schemas.manifest import DEDUP_MODES, INPUT_FORMATS, Manifest, PrepareConfig
 
@@ -248,7 +250,7 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
     It fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
     found across all of them."""
     try:
-        if not cleans(plan.config) or cleaning_job.is_cleaned(context):
+        if not cleans(plan.config) or is_cleaned(context):
             return 0.0
     except ValueError as e:
         raise PrepareError(str(e)) from None
@@ -259,11 +261,11 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
     everything = {u.index for u in units}
 
     def cleaned() -> set[int]:
-        return everything if cleaning_job.is_cleaned(context) else set()
+        return everything if is_cleaned(context) else set()
 
     try:
         run = job.run_local if local else job.run_remote
-        run(units, context, options, cleaned, lambda: None, cleaning_job.build_cleaning)
+        run(units, context, options, cleaned, lambda: None, build_cleaning)
     except job.JobError as e:
         raise PrepareError(f"{e}; the fingerprints done are kept, and a rerun resumes", e.details if verbose else "") from None
     failures = read_failures(context.failures_dir)

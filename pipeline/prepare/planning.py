@@ -19,7 +19,7 @@ from pipeline.prepare.documents import BAD_FILE, Reject
 from pipeline.prepare.inputs import resolve_inputs
 from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.prepare.units import WorkUnit
-from pipeline.tokenizer import tokenizer_info
+from pipeline.tokenization import tokenizer_info
 from schemas.manifest import PrepareConfig, TokenizerInfo
 from schemas.records import token_dtype_name
 

@@ -19,13 +19,12 @@ import time
 import numpy as np
 
 from pipeline import storage
+from pipeline.prepare.cleaning.removals import cleans, removed_numbers
+from pipeline.prepare.cleaning.unit_documents import kept_documents, numbered_documents
 from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
-from pipeline.prepare.splitmix import splitmix64
-from pipeline.prepare.removals import cleans, removed_numbers
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
-from pipeline.prepare.unit_documents import kept_documents, numbered_documents
 from pipeline.prepare.units import (
     UnitResult,
     WorkUnit,
@@ -33,7 +32,8 @@ from pipeline.prepare.units import (
     unit_rejects_name,
 )
 from pipeline.prepare.worker_environment import package_versions
-from pipeline.tokenizer import Tokenizer, load_tokenizer
+from pipeline.splitmix import splitmix64
+from pipeline.tokenization import Tokenizer, load_tokenizer
 from schemas import formats
 from schemas.manifest import PrepareConfig, ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
@@ -163,7 +163,7 @@ class _UnitWriter:
             self.flush()
 
     def _add_piece(self, piece: DocumentPiece) -> None:
-        """A cut document's pieces stay in order, each a record of its own, all in the split of its
+        """A cut document's pieces stay in order, each starting a record, all in the split of its
         first piece."""
         self.flush()
         if piece.first:

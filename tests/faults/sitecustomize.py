@@ -1,4 +1,11 @@
 """Loaded by every Python process of a test run that puts this directory on PYTHONPATH (the launcher
-and Beam's worker processes alike), so that they all know the `flaky://` scheme."""
+and Beam's worker processes alike): the faults that the run's environment asks for, in all of them."""
 
-import flaky_filesystem  # noqa: F401
+import os
+
+if "FLAKY_STATE_DIR" in os.environ:
+    import flaky_filesystem  # noqa: F401  (the `flaky://` scheme)
+if "INTERRUPT_AT" in os.environ:
+    import interrupt
+
+    interrupt.install()

@@ -6,8 +6,8 @@ A spec fixes everything that decides the ids:
   tiktoken knows (`cl100k_base`, loaded the way tiktoken loads it);
 - a Hugging Face `tokenizer.json`, or a directory holding one, read with the `tokenizers` library;
 - a tiktoken spec file (`.json` or `.toml`) naming a `.tiktoken` rank file with its split pattern
-  and special tokens (see `pipeline.tiktoken_tokenizer`);
-- a Hugging Face Hub model, `hf:ORG/NAME[@REVISION]`, pinned to a commit (`pipeline.hub_tokenizer`).
+  and special tokens (see `tiktoken_backend`);
+- a Hugging Face Hub model, `hf:ORG/NAME[@REVISION]`, pinned to a commit (`hub`).
 
 A bare `.tiktoken` rank file is refused: it says neither how text is split before the merges nor
 which ids are special, and guessing them gives other ids than the model's own, silently.
@@ -23,14 +23,13 @@ import functools
 import json
 import os
 
-from pipeline.document_boundaries import TokenizerError
-from pipeline.hf_tokenizer import TOKENIZER_FILE, HFTokenizer
-from pipeline.hub_tokenizer import download, is_hub_spec
-from pipeline.tiktoken_tokenizer import SPEC_KEYS, TiktokenTokenizer
+from pipeline.tokenization.boundaries import TokenizerError
+from pipeline.tokenization.hf_backend import TOKENIZER_FILE, HFTokenizer
+from pipeline.tokenization.hub import download, is_hub_spec
+from pipeline.tokenization.tiktoken_backend import SPEC_KEYS, TiktokenTokenizer
 from schemas.manifest import TokenizerInfo
 
 Tokenizer = TiktokenTokenizer | HFTokenizer
-__all__ = ["Tokenizer", "TokenizerError", "is_hub_spec", "is_path_spec", "load_tokenizer", "tokenizer_info"]
 
 
 def is_path_spec(spec: str) -> bool:
@@ -54,8 +53,8 @@ def _is_tiktoken_spec(path: str) -> bool:
 @functools.cache
 def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> Tokenizer:
     """The tokenizer a spec names, with the boundary rule (`bos_token`/`eos_token` override the
-    tokenizer's own; see `pipeline.document_boundaries`). Cached per process: building the tables
-    takes up to a few seconds, and prepare loads it once before forking its workers."""
+    tokenizer's own; see `boundaries`). Cached per process: building the tables takes up to a few
+    seconds, and prepare loads it once before forking its workers."""
     flags = {"bos_flag": bos_token, "eos_flag": eos_token}
     if is_hub_spec(spec):
         path, repo = download(spec)

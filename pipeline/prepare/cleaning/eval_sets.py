@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import storage
-from pipeline.prepare.fingerprints import ngram_hashes, word_hashes
+from pipeline.prepare.cleaning.fingerprints import ngram_hashes, word_hashes
 from pipeline.prepare.sources.base import split_at_separator_lines
 
 _CHUNK = 4 * 2**20

@@ -9,7 +9,7 @@ it), so it is named by a spec file, JSON or TOML, beside it:
      "eos_token": "<|endoftext|>", "bos_token": null}
 
 `ranks` is relative to the spec file; `eos_token`/`bos_token` are optional (the default rule of
-`pipeline.document_boundaries` applies).
+`boundaries` applies).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tiktoken
 import tiktoken.load
 from tiktoken_ext import openai_public
 
-from pipeline.document_boundaries import Boundary, TokenizerError, piece_ids, resolve_boundary
+from pipeline.tokenization.boundaries import Boundary, TokenizerError, piece_ids, resolve_boundary
 from schemas.manifest import TokenizerInfo
 
 ENDOFTEXT = "<|endoftext|>"

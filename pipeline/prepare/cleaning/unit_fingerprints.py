@@ -14,12 +14,12 @@ import io
 import numpy as np
 
 from pipeline import storage
+from pipeline.prepare.cleaning.eval_sets import eval_set
+from pipeline.prepare.cleaning.fingerprints import BANDS, ROWS, ExactKey, band_keys, exact_key, minhash, word_hashes
+from pipeline.prepare.cleaning.unit_documents import numbered_documents
 from pipeline.prepare.documents import DocumentPiece, Tally
-from pipeline.prepare.eval_sets import eval_set
-from pipeline.prepare.fingerprints import BANDS, ROWS, ExactKey, band_keys, exact_key, minhash, word_hashes
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
-from pipeline.prepare.unit_documents import numbered_documents
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
 from schemas.manifest import PrepareConfig

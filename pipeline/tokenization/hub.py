@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.document_boundaries import TokenizerError
+from pipeline.tokenization.boundaries import TokenizerError
 
 PREFIX = "hf:"
 _SPEC = re.compile(rf"{PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>[^@\s]+))?")
@@ -54,7 +54,7 @@ def download(spec: str) -> tuple[str, str]:
     one), and the repo id as the tokenizer's name."""
     repo, revision = _parse(spec)
     if revision is None or not _PINNED.fullmatch(revision):
-        raise TokenizerError(f"hub tokenizer {spec!r} is not pinned to a commit; pin it with pipeline.hub_tokenizer.pin")
+        raise TokenizerError(f"hub tokenizer {spec!r} is not pinned to a commit; pin it with pipeline.tokenization.hub.pin")
     hub = _client()
     from huggingface_hub.errors import EntryNotFoundError
 

@@ -16,7 +16,7 @@ import unicodedata
 import numpy as np
 import xxhash
 
-from pipeline.prepare.splitmix import splitmix64
+from pipeline.splitmix import splitmix64
 
 WORD = re.compile(r"\w+")
 # MinHash over word 5-grams, 14 bands of 8 rows (datatrove's choice): documents of Jaccard

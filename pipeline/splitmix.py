@@ -1,4 +1,9 @@
-"""The integer mix that the unit shuffles and the MinHash permutations are built on."""
+"""The integer mix that prepare's unit shuffles, the MinHash permutations of cleaning and the
+loader's record order are built on.
+
+It lives in `pipeline/` itself, not in `prepare/`: both sides of the data path use it, and data
+flows one way, so the loader (`load/`) imports nothing from `prepare/`.
+"""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import storage
 from pipeline.prepare import beam_job
-from pipeline.prepare.failures import any_failure, record_failure
-from pipeline.prepare.removals import (
+from pipeline.prepare.cleaning.removals import (
     EXACT,
     NEAR,
     cleaned_path,
@@ -33,8 +32,9 @@ from pipeline.prepare.removals import (
     place,
     write_removal_list,
 )
+from pipeline.prepare.cleaning.unit_fingerprints import UnitFingerprints, fingerprint_unit, fingerprints_path
+from pipeline.prepare.failures import any_failure, record_failure
 from pipeline.prepare.retries import with_retries
-from pipeline.prepare.unit_fingerprints import UnitFingerprints, fingerprint_unit, fingerprints_path
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import RunContext, check_unchanged
 

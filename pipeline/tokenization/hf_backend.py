@@ -19,7 +19,7 @@ import os
 import numpy as np
 import tokenizers
 
-from pipeline.document_boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
+from pipeline.tokenization.boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
 from schemas.manifest import TokenizerInfo
 
 TOKENIZER_FILE = "tokenizer.json"
