@@ -20,6 +20,7 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
+from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
 from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
@@ -41,7 +42,7 @@ from pipeline.prepare.output_dir import (
     prepare_output_dir,
 )
 from pipeline.prepare.planning import Plan, make_plan
-from pipeline.prepare.progress import Progress, format_count, format_duration
+from pipeline.prepare.progress import Progress
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
