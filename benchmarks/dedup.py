@@ -53,7 +53,7 @@ def prepare(corpus: str, output: str, *flags: str) -> float:
 
 def precision_recall(output: str, corpus: PlantedCorpus) -> tuple[float, float]:
     with open(os.path.join(output, "removals.jsonl")) as f:
-        removed = {json.loads(line)["document"] for line in f}
+        removed = {json.loads(line)["line"] - 1 for line in f}  # one document a line, numbered from 1
     planted = set(corpus.exact) | set(corpus.near)
     right = len(removed & planted)
     return right / max(len(removed), 1), right / max(len(planted), 1)

@@ -5,12 +5,11 @@ miniGPT language model with JAX": post-LayerNorm blocks with `nnx.MultiHeadAtten
 mask, ReLU feed-forward, an untied output layer, `optax.adam(1e-3)`, and an `nnx.jit` step with
 `nnx.value_and_grad(has_aux=True)` and an `nnx.MultiMetric` update. Sizes are the tutorial's:
 sequence 256, width 256, 8 heads, feed-forward 256, 4 blocks, the GPT-2 vocabulary. Ours is the
-`minigpt` preset (the same sizes in our GPT-2 architecture) through `train.step.train_step`, with
-AdamW, clipping and the schedule. Both run the same batches, interleaved in rounds, so machine
+`minigpt` preset (the same sizes in our GPT-2 architecture) through the trainer's step
+(`train.step.Steps`), with AdamW, clipping and the schedule. Both run the same batches, interleaved in rounds, so machine
 noise hits both alike.
 
     python benchmarks/train_step.py [--batch-size 8] [--rounds 5] [--steps-per-round 5]
-    python benchmarks/train_step.py --mfu [--batch-size 16]   # the gpt2 preset's MFU (GPU)
     python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] [--steps-per-round 20]
 
 `--real-batches` measures whether the loader stalls the step: our minigpt step fed the loader's
@@ -19,6 +18,8 @@ against the same step fed one constant batch, in alternating rounds of the same 
 pay everything the loader costs the training process: receiving the workers' batches, the host
 to device copy of every batch, and the CPU the workers take from the step. The goal is a ratio
 within 5%.
+
+The gpt2 preset's MFU against nanoGPT's PyTorch step on a GPU: benchmarks/gpu_step.py.
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))  # `synthetic`: prepared sources
 from model.config import preset  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.mesh import global_batch, make_mesh  # noqa: E402
-from train.metrics import peak_flops  # noqa: E402
-from train.step import train_step  # noqa: E402
+from train.step import Steps  # noqa: E402
 from train.trainer import build  # noqa: E402
 
 VOCAB = 50257
@@ -130,7 +130,8 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
     ref_batch = (jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
 
     config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size)
-    model, optimizer = build(config, mesh)
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
     key = jax.random.key(0)
 
     def ref_step():
@@ -141,7 +142,9 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
         ours_batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
 
         def our_step():
-            return train_step(model, optimizer, ours_batch, key)["loss"]
+            nonlocal arrays
+            arrays, metrics = steps.train(arrays, ours_batch, key, np.int32(1))
+            return metrics["loss"]
 
         for step in (ref_step, our_step):  # compile and warm up
             jax.block_until_ready(step())
@@ -160,36 +163,6 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
     print(f"{'miniGPT tutorial (reference)':34} {ref_s * 1e3:>9.1f} {tokens_per_step / ref_s:>12,.0f}")
     print(f"{'ours (minigpt preset)':34} {our_s * 1e3:>9.1f} {tokens_per_step / our_s:>12,.0f}")
     print(f"speed ours / reference: {ref_s / our_s:.2f}")
-
-
-def mfu(batch_size: int, rounds: int, steps_per_round: int) -> None:
-    """MFU of the gpt2 preset in bf16 at sequence 1024, on whatever accelerator is present."""
-    model_config = preset("gpt2", dtype="bfloat16")
-    config = TrainConfig(data="-", workdir="-", model=model_config, seq_len=1024, batch_size=batch_size)
-    mesh = make_mesh(())
-    model, optimizer = build(config, mesh)
-    tokens = np.random.default_rng(0).integers(0, VOCAB, (batch_size, 1025)).astype(np.int32)
-    times: list[float] = []
-    with jax.set_mesh(mesh):
-        batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
-        key = jax.random.key(0)
-
-        def step():
-            return train_step(model, optimizer, batch, key)["loss"]
-
-        jax.block_until_ready(step())
-        for _ in range(rounds):
-            _timed(step, steps_per_round, times)
-    seconds = statistics.median(times)
-    tokens_per_s = batch_size * 1024 / seconds
-    achieved = model_config.flops_per_token(1024) * tokens_per_s
-    peak = peak_flops(jax.devices()[0].device_kind)
-    print(f"gpt2 preset, bf16, batch {batch_size} x 1024 on {jax.device_count()} x {jax.devices()[0].device_kind}: "
-          f"{seconds * 1e3:.1f} ms/step, {tokens_per_s:,.0f} tokens/s, {achieved / 1e12:.1f} TFLOP/s")
-    if peak:
-        print(f"MFU {achieved / (peak * jax.device_count()):.1%} of {peak / 1e12:.0f} TFLOP/s per device")
-    else:
-        print("MFU: no peak FLOP/s known for this device")
 
 
 def _mixture(tmp: str, tokens: int) -> tuple:
@@ -222,7 +195,8 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
     mesh = make_mesh(())
     config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size,
                          packing="document")
-    model, optimizer = build(config, mesh)
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
     key = jax.random.key(0)
     with tempfile.TemporaryDirectory() as tmp:
         loader = LoaderConfig(_mixture(tmp, 3_000_000), seq_len=MAXLEN, global_batch_size=batch_size,
@@ -237,11 +211,16 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
         with jax.set_mesh(mesh):
             constant = global_batch(host_batch(), mesh)
 
+            def step(batch: dict) -> jax.Array:
+                nonlocal arrays
+                arrays, metrics = steps.train(arrays, batch, key, np.int32(1))
+                return metrics["loss"]
+
             def real_step():
-                return train_step(model, optimizer, global_batch(host_batch(), mesh), key)["loss"]
+                return step(global_batch(host_batch(), mesh))
 
             def constant_step():
-                return train_step(model, optimizer, constant, key)["loss"]
+                return step(constant)
 
             for _ in range(steps_per_round):  # compile, start the workers, fill their read-ahead
                 jax.block_until_ready(real_step())
@@ -268,7 +247,6 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps-per-round", type=int, default=None, help="default: 5, or 20 with --real-batches")
-    parser.add_argument("--mfu", action="store_true", help="measure the gpt2 preset's MFU instead")
     parser.add_argument("--real-batches", action="store_true", help="the step fed the loader vs a constant batch")
     parser.add_argument("--check", action="store_true", help="with --real-batches: exit 1 above the goal")
     args = parser.parse_args()
@@ -276,8 +254,6 @@ def main() -> None:
         ratio = real_batches(args.batch_size or 8, args.rounds, args.steps_per_round or 20)
         if args.check and ratio > REAL_BATCH_GOAL:
             sys.exit(1)
-    elif args.mfu:
-        mfu(args.batch_size or 16, args.rounds, args.steps_per_round or 5)
     else:
         compare(args.batch_size or 8, args.rounds, args.steps_per_round or 5)
 

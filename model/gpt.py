@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from model.attention import causal_attention
 from model.config import DATA, MODEL, GPTConfig
 
 _INIT = nnx.initializers.normal(stddev=0.02)
@@ -38,11 +39,10 @@ class CausalSelfAttention(nnx.Module):
         )
         self.dropout = nnx.Dropout(config.dropout)
 
-    def __call__(self, x: jax.Array, mask: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
+    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None) -> jax.Array:
         b, t, d = x.shape
         q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * self.num_heads, d // self.num_heads), 3, axis=2)
-        # (B, T, nh, hs) in and out; `mask` is (B, 1, T, T): causal and within one segment.
-        y = jax.nn.dot_product_attention(q, k, v, mask=mask)
+        y = causal_attention(q, k, v, segment_ids)  # (B, T, nh, hs)
         return self.dropout(self.out(y.reshape(b, t, d)), deterministic=rngs is None, rngs=rngs)
 
 
@@ -79,8 +79,8 @@ class Block(nnx.Module):
         self.ln2 = _layer_norm(config, rngs)
         self.mlp = MLP(config, rngs=rngs)
 
-    def __call__(self, x: jax.Array, mask: jax.Array, rngs: nnx.Rngs | None) -> jax.Array:
-        x = x + self.attn(self.ln1(x), mask, rngs)
+    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None) -> jax.Array:
+        x = x + self.attn(self.ln1(x), segment_ids, rngs)
         return x + self.mlp(self.ln2(x), rngs)
 
 
@@ -102,7 +102,11 @@ class GPT(nnx.Module):
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
         self.ln_f = _layer_norm(config, rngs)
 
-    def __call__(
+    def __call__(self, tokens: jax.Array, **kwargs) -> jax.Array:
+        """Logits (B, T, padded vocab) in float32 for token ids (B, T); `kwargs` as `features` takes them."""
+        return self.logits(self.features(tokens, **kwargs))
+
+    def features(
         self,
         tokens: jax.Array,
         *,
@@ -110,7 +114,8 @@ class GPT(nnx.Module):
         positions: jax.Array | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        """Logits (B, T, padded vocab) in float32 for token ids (B, T).
+        """The final LayerNorm's output (B, T, width), what the logits are read from: a loss can
+        take them a slice at a time instead of holding every position's logits at once.
 
         With `segment_ids`, a token attends only to earlier tokens of its own segment, and
         `positions` restart at each segment, so packed documents do not see one another.
@@ -122,11 +127,11 @@ class GPT(nnx.Module):
             raise ValueError(f"sequence of {t} tokens is longer than max_seq_len {self.config.max_seq_len}")
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-        mask = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None]
-        if segment_ids is not None:
-            mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
         x = self.dropout(self.wte(tokens) + self.wpe(positions), deterministic=rngs is None, rngs=rngs)
         for block in self.blocks:
-            x = block(x, mask, rngs)
-        x = self.ln_f(x)
-        return self.wte.attend(x).astype(jnp.float32)
+            x = block(x, segment_ids, rngs)
+        return self.ln_f(x)
+
+    def logits(self, features: jax.Array) -> jax.Array:
+        """Float32 logits over the padded vocabulary, through the tied token embedding."""
+        return self.wte.attend(features).astype(jnp.float32)

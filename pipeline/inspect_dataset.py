@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if manifest.removed:
         print("removed (see removals.jsonl):", ", ".join(f"{k} {v}" for k, v in manifest.removed.items()))
     for e in manifest.eval_files:
-        print(f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} documents")
+        common = f"; {e.common_ngrams} of its {e.ngrams} n-grams common text (see common_ngrams.jsonl)" if e.common_ngrams else ""
+        print(f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} documents{common}")
     if args.split not in manifest.totals:
         print(f"inspect: error: no split {args.split!r} (splits: {sorted(manifest.totals)})", file=sys.stderr)
         return 2

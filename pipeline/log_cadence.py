@@ -1,4 +1,5 @@
-"""When a long job writes a plain progress line off a terminal: prepare's and train's logs share it.
+"""When a long job writes a plain progress line off a terminal, and how its counts and times read:
+prepare's and train's logs share both.
 
 A line every 30 seconds or every tenth of the work, whichever comes first, and at the end: a log
 file then holds a few dozen lines, not one carriage-return update per tick.
@@ -21,3 +22,15 @@ class LogCadence:
             self._logged_at, self._logged_done = now, done
             return True
         return False
+
+
+def format_count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

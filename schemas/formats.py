@@ -8,11 +8,13 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 # Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
 # kept each whole, one record of any length): same manifest, records read the same way, so the
 # loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
-READABLE_MANIFEST_VERSIONS = (3, 4)
+# Version 5 added the cleaning stage's common-text rule, near-dedup parameters and id field to the
+# config, and each eval file's examples, n-grams and common n-grams: records are as in version 4.
+READABLE_MANIFEST_VERSIONS = (3, 4, 5)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.
@@ -20,6 +22,10 @@ RUN_INFO_NAME = "run_info.json"
 REJECTS_NAME = "rejects.jsonl"
 # Documents the cleaning stage removed (--dedup, --decontaminate), one JSON object a line.
 REMOVALS_NAME = "removals.jsonl"
+# Eval n-grams too common in the corpus to count as contamination, one JSON object a line.
+COMMON_NGRAMS_NAME = "common_ngrams.jsonl"
+# Every file of a run beside its shards: what --overwrite deletes.
+RUN_FILES = (MANIFEST_NAME, RUN_INFO_NAME, REJECTS_NAME, REMOVALS_NAME, COMMON_NGRAMS_NAME)
 
 # Work-in-progress state of `prepare`; removed once the manifest is written.
 STATE_DIR = ".prepare"

@@ -24,6 +24,20 @@ FILE_FORMATS = ("text", "jsonl", "parquet", "arrow")
 INPUT_FORMATS = (*FILE_FORMATS, "hf")
 DEDUP_MODES = ("none", "exact", "near")
 DEFAULT_DECONTAMINATE_NGRAM = 13
+# An eval n-gram found in more training documents than this is common text (a licence, a footer),
+# not contamination: NeMo Curator's task decontamination default.
+DEFAULT_DECONTAMINATE_MAX_MATCHES = 10
+# MinHash over word 5-grams, 14 bands of 8 rows (datatrove's defaults).
+DEFAULT_NEAR_NGRAM = 5
+DEFAULT_NEAR_BANDS = 14
+DEFAULT_NEAR_ROWS = 8
+MAX_NEAR_HASHES = 1024
+
+
+def near_threshold(bands: int, rows: int) -> float:
+    """The Jaccard similarity where MinHash's S-curve 1 - (1 - s^rows)^bands is steepest, about
+    where it crosses one half."""
+    return (1 / bands) ** (1 / rows)
 # A shard path is relative and stays inside the dataset: a split directory, then a plain name.
 SHARD_PATH_PATTERN = r"^(train|validation)/[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
@@ -35,6 +49,8 @@ class PrepareConfig:
     tokenizer: str = "gpt2"
     format: str | None = None
     text_field: str = "text"
+    # Named with each removed document in removals.jsonl, where a JSONL record or a row has it.
+    id_field: str = "id"
     separator: str = DEFAULT_SEPARATOR
     validation_fraction: float = 0.0
     seed: int = 0
@@ -51,12 +67,27 @@ class PrepareConfig:
     dedup: str = "none"
     decontaminate: list[str] = dataclasses.field(default_factory=list)  # a list, as JSON reads it back
     decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
+    decontaminate_max_matches: int = DEFAULT_DECONTAMINATE_MAX_MATCHES
+    near_ngram: int = DEFAULT_NEAR_NGRAM
+    near_bands: int = DEFAULT_NEAR_BANDS
+    near_rows: int = DEFAULT_NEAR_ROWS
 
     def __post_init__(self) -> None:
         if self.dedup not in DEDUP_MODES:
             raise ValueError(f"unknown dedup mode {self.dedup!r}; expected one of {DEDUP_MODES}")
         if self.decontaminate_ngram < 1:
             raise ValueError(f"decontaminate_ngram must be at least 1 (got {self.decontaminate_ngram=})")
+        if self.decontaminate_max_matches < 1:
+            raise ValueError(f"decontaminate_max_matches must be at least 1 (got {self.decontaminate_max_matches=})")
+        if self.near_ngram < 1 or self.near_bands < 1 or self.near_rows < 1:
+            raise ValueError(
+                f"near_ngram, near_bands and near_rows must be at least 1 (got {self.near_ngram=}, "
+                f"{self.near_bands=}, {self.near_rows=})"
+            )
+        if self.near_bands * self.near_rows > MAX_NEAR_HASHES:
+            raise ValueError(
+                f"near_bands x near_rows must be at most {MAX_NEAR_HASHES} hashes (got {self.near_bands}x{self.near_rows})"
+            )
         if self.format is not None and self.format not in INPUT_FORMATS:
             raise ValueError(f"unknown format {self.format!r}; expected one of {INPUT_FORMATS}")
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -91,6 +122,14 @@ class TokenizerInfo:
     library_version: str = ""
     bos_id: int | None = None
     boundary: str = ""
+
+    def __post_init__(self) -> None:
+        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its own.
+        if self.bos_id is not None and self.bos_id == self.eot_id:
+            raise ValueError(
+                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents cannot be told apart; "
+                "prepare the data again with --bos-token none"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +166,16 @@ class SplitTotals:
 
 @dataclasses.dataclass(frozen=True)
 class EvalFileInfo:
-    """An eval file the corpus was decontaminated against, and how many documents it removed."""
+    """An eval file the corpus was decontaminated against: its examples, its distinct n-grams, how
+    many of those were common text (in more documents than `decontaminate_max_matches`; listed in
+    common_ngrams.jsonl), and how many documents it removed."""
 
     path: str
     sha256: str
     removed: int
+    examples: int = 0
+    ngrams: int = 0
+    common_ngrams: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +191,8 @@ class Manifest:
     totals: dict[str, SplitTotals]
     package_versions: dict[str, str]
     hub_revisions: dict[str, str] = dataclasses.field(default_factory=dict)
-    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate, contaminated).
+    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate, contaminated;
+    # any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()
     format: str = formats.MANIFEST_FORMAT
@@ -240,6 +285,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     "tokenizer": _STR,
                     "format": {"enum": [*INPUT_FORMATS, None]},
                     "text_field": _STR,
+                    "id_field": _STR,
                     "separator": _STR,
                     "validation_fraction": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                     "seed": {"type": "integer"},
@@ -254,7 +300,17 @@ JSON_SCHEMA: dict[str, Any] = {
                     "dedup": {"enum": list(DEDUP_MODES)},
                     "decontaminate": {"type": "array", "items": _STR},
                     "decontaminate_ngram": {"type": "integer", "minimum": 1},
-                }
+                    "decontaminate_max_matches": {"type": "integer", "minimum": 1},
+                    "near_ngram": {"type": "integer", "minimum": 1},
+                    "near_bands": {"type": "integer", "minimum": 1},
+                    "near_rows": {"type": "integer", "minimum": 1},
+                },
+                # Fields added since version 3 take their defaults when a manifest lacks them.
+                required=[
+                    "tokenizer", "format", "text_field", "separator", "validation_fraction", "seed", "unit_bytes",
+                    "record_tokens", "max_document_bytes", "skip_bad_files", "hf_split", "hf_name", "bos_token",
+                    "eos_token", "dedup", "decontaminate", "decontaminate_ngram",
+                ],
             ),
             "inputs": {
                 "type": "array",
@@ -292,7 +348,11 @@ JSON_SCHEMA: dict[str, Any] = {
             "removed": _COUNTS,
             "eval_files": {
                 "type": "array",
-                "items": _object({"path": _STR, "sha256": _SHA256, "removed": _INT}),
+                "items": _object(
+                    {"path": _STR, "sha256": _SHA256, "removed": _INT, "examples": _INT, "ngrams": _INT,
+                     "common_ngrams": _INT},
+                    required=["path", "sha256", "removed"],
+                ),
             },
         },
         required=["format", "version", "tokenizer", "dtype", "config", "inputs", "num_units", "shards",

@@ -17,7 +17,7 @@ from model.config import GPTConfig, preset
 from model.gpt import GPT
 from train.config import TrainConfig
 from train.mesh import global_batch, make_mesh
-from train.step import loss_fn, train_step
+from train.step import Steps, loss_fn
 from train.trainer import build
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,12 +34,16 @@ def test_steps_decrease_the_loss_on_a_fixed_batch():
     config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=32, batch_size=8, warmup_steps=0,
                          learning_rate=3e-3)
     mesh = make_mesh(())
-    model, optimizer = build(config, mesh)
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, SMALL.vocab_size, (8, 33)).astype(np.int32)
+    losses = []
     with jax.set_mesh(mesh):
         batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
-        losses = [float(train_step(model, optimizer, batch, jax.random.key(i))["loss"]) for i in range(10)]
+        for step in range(1, 11):
+            arrays, metrics = steps.train(arrays, batch, jax.random.key(0), np.int32(step))
+            losses.append(float(metrics["loss"]))
     assert losses[0] == pytest.approx(np.log(SMALL.padded_vocab_size), rel=0.05)
     assert losses[-1] < losses[0] - 1.0
     assert all(b < a for a, b in zip(losses, losses[1:]))
@@ -104,7 +108,7 @@ from jax.sharding import AxisType
 from model.config import GPTConfig
 from train.config import TrainConfig
 from train.mesh import global_batch
-from train.step import train_step
+from train.step import Steps
 from train.trainer import build
 cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=2, num_heads=4, width=64, mlp_width=128)
 config = TrainConfig(data="-", workdir="-", model=cfg, seq_len=32, batch_size=8, warmup_steps=0)
@@ -113,10 +117,14 @@ out = {}
 for shape in [(1, 1), (8, 1), (4, 2)]:
     devices = jax.devices()[: math.prod(shape)]
     mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=devices)
-    model, optimizer = build(config, mesh)
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
+    out[str(shape)] = []
     with jax.set_mesh(mesh):
         batch = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
-        out[str(shape)] = [float(train_step(model, optimizer, batch, jax.random.key(i))["loss"]) for i in range(4)]
+        for step in range(1, 5):
+            arrays, metrics = steps.train(arrays, batch, jax.random.key(0), np.int32(step))
+            out[str(shape)].append(float(metrics["loss"]))
 print(json.dumps(out))
 """
 

@@ -45,6 +45,7 @@ PREPARE_PACKAGES = {
 }
 NOT_FOR_WORKERS = {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "matplotlib", "grain", "datasets", "pandas"}
 DATAFLOW = ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/tmp"]
+DASK = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"
 # Several units and both splits from a 300-story corpus.
 PREPARE_ARGS = ["--unit-bytes", "16384", "--validation-fraction", "0.1"]
 RUN_TIMEOUT_S = 300
@@ -143,9 +144,10 @@ def test_version_mismatch(worker, expected):
         ["--runner=PrismRunner"],
         ["--runner=PortableRunner", "--environment_type=LOOPBACK"],
         [*DATAFLOW, "--sdk_container_image=gcr.io/p/prepare:1"],
+        [DASK, "--dask_client_address=127.0.0.1:8786"],
     ],
 )
-def test_nothing_is_staged_for_workers_in_the_launchers_processes_or_a_custom_container(args, tmp_path):
+def test_nothing_is_staged_for_workers_in_the_launchers_processes_dask_or_a_custom_container(args, tmp_path):
     assert staging_options(args, str(tmp_path)) == []
     assert os.listdir(tmp_path) == []
 
@@ -235,12 +237,18 @@ def test_worker_install_is_the_base_at_the_launchers_versions(worker_venv, tmp_p
 
 
 @pytest.mark.slow
-def test_an_installed_launcher_needs_a_setup_file_or_a_container_for_remote_workers(worker_venv, tmp_path):
-    code = f"from pipeline.prepare.worker_environment import staging_options as s; s({DATAFLOW!r}, '.')"
-    result = worker_venv.run(["-c", code], cwd=str(tmp_path), timeout=60)
+def test_an_installed_launcher_needs_a_setup_file_or_a_container_only_for_runners_that_ship_it(worker_venv, tmp_path):
+    def staged(args: list[str]) -> subprocess.CompletedProcess:
+        code = f"from pipeline.prepare.worker_environment import staging_options as s; print(s({args!r}, '.'))"
+        return worker_venv.run(["-c", code], cwd=str(tmp_path), timeout=60)
+
+    result = staged(DATAFLOW)
     assert result.returncode == 1
     message = result.stderr.strip().splitlines()[-1]
     assert "no setup.py" in message and "--setup_file=" in message and "--sdk_container_image=" in message
+    # Dask's workers import the package installed on their machines: a plain install prepares on it.
+    result = staged([DASK, "--dask_client_address=127.0.0.1:8786"])
+    assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
 
 
 @pytest.mark.slow

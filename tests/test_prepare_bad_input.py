@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 
@@ -100,16 +99,16 @@ def test_garbage_nul_crlf_and_bom_are_handled(tmp_path, encoding):
     (tmp_path / "crlf.txt").write_bytes(crlf)
     (tmp_path / "garbage.txt").write_bytes(garbage)
     out = str(tmp_path / "out")
-    manifest = run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096")
+    # Random bytes are no text: each unit of them is refused, or skipped and recorded.
+    with pytest.raises(PrepareError, match="garbage.txt .* looks binary"):
+        run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096")
+    manifest = run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096",
+                           "--skip-bad-files", "--overwrite")
     docs = decoded_documents(out, encoding)
-    assert "first line\r\nsecond\x00line" in docs
-    assert "third doc" in docs
-    expected_garbage = garbage.decode("utf-8", errors="replace").strip()
-    # No separator line in the garbage: it stays one document, however small the units.
-    assert collections.Counter(docs)[expected_garbage] == 1
+    assert sorted(docs) == ["first line\r\nsecond\x00line", "third doc"]
+    assert manifest.skipped == {"binary_file": 5}
     total = sum(len(encoding.encode_ordinary(d)) + 1 for d in docs)
     assert manifest.totals["train"].tokens == total
-    assert manifest.counts["invalid_utf8_documents"] >= 1
 
 
 def test_bom_at_start_of_jsonl(tmp_path, encoding):
@@ -201,3 +200,47 @@ def test_a_columnar_file_that_fails_inside_pyarrow_is_an_error_or_a_recorded_ski
     assert manifest.skipped["unreadable_file"] >= 1
     assert all(r["reason"] == "unreadable_file" and r["path"] == path for r in _rejects(str(tmp_path / "skip")))
     assert "fine" in decoded_documents(str(tmp_path / "skip"), encoding)
+
+
+@pytest.mark.parametrize("name, data", [
+    ("random.txt", np.random.default_rng(0).integers(0, 256, 65536, dtype=np.uint8).tobytes()),
+    ("utf16.txt", ("Once upon a time, a fox.\n<|endoftext|>\n" * 400).encode("utf-16")),
+    ("records.jsonl", b"\x7fELF\x02\x01\x01" + bytes(8000) + b"\n" * 3),
+    ("packed.jsonl.gz", __import__("gzip").compress(np.random.default_rng(1).integers(0, 256, 20000, dtype=np.uint8).tobytes())),
+])
+def test_a_binary_input_is_refused_or_skipped_and_recorded(tmp_path, name, data):
+    binary = tmp_path / name
+    binary.write_bytes(data)
+    good = write_text(str(tmp_path / "good.txt"), ["a story about a fox"])
+    with pytest.raises(PrepareError, match=f"{name}.* looks binary, not UTF-8 text"):
+        run_prepare([good, str(binary)], str(tmp_path / "out"))
+    out = str(tmp_path / "skipped")
+    manifest = run_prepare([good, str(binary)], out, "--skip-bad-files")
+    assert manifest.skipped == {"binary_file": 1} and manifest.totals["train"].documents == 1
+    assert [(r["reason"], r["path"]) for r in _rejects(out)] == [("binary_file", str(binary))]
+
+
+def test_text_with_a_few_nul_or_latin_1_bytes_is_text(tmp_path, encoding):
+    path = tmp_path / "c.txt"
+    path.write_bytes(("Caf\xe9 cr\xe8me, a story.\x00 " * 40).encode("latin-1") + b"\n<|endoftext|>\n")
+    manifest = run_prepare([str(path)], str(tmp_path / "out"))
+    assert manifest.totals["train"].documents == 1 and manifest.counts["invalid_utf8_documents"] == 1
+
+
+def test_a_run_with_no_training_data_fails_naming_why(tmp_path):
+    body = write_jsonl(str(tmp_path / "body.jsonl"), [f"story {i}" for i in range(146)], field="body")
+    with pytest.raises(PrepareError, match=r"no training data: every document was skipped \(146 missing_text_field: "
+                                           r"check --text-field; see rejects.jsonl\)"):
+        run_prepare([body], str(tmp_path / "a"))
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    with pytest.raises(PrepareError, match="no training data: the 1 inputs are empty"):
+        run_prepare([str(tmp_path / "empty.jsonl")], str(tmp_path / "b"))
+    same = write_text(str(tmp_path / "same.txt"), ["one story", "one story"])
+    passage = " ".join(f"w{i}" for i in range(20))
+    leaked = write_text(str(tmp_path / "leaked.txt"), [passage])
+    with pytest.raises(PrepareError, match=r"removed by cleaning \(1 contaminated; see removals.jsonl\)"):
+        run_prepare([leaked], str(tmp_path / "c"), "--decontaminate", write_jsonl(str(tmp_path / "e.jsonl"), [passage]))
+    with pytest.raises(PrepareError, match="all 2 documents went to the validation split"):
+        run_prepare([same], str(tmp_path / "d"), "--validation-fraction", "0.9999")
+    assert not os.path.exists(tmp_path / "a" / formats.MANIFEST_NAME)
+    assert os.path.exists(tmp_path / "a" / formats.REJECTS_NAME)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
-from pipeline.prepare.cleaning.fingerprints import minhash, normalized, word_hashes
+from pipeline.prepare.cleaning.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.cleaning.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.cleaning.unit_documents import kept_documents
-from pipeline.prepare.documents import DocumentPiece
+from pipeline.prepare.documents import DocumentPiece, DocumentRun
 from planted import near_copy, planted_corpus
 from schemas import formats
 
@@ -29,30 +29,41 @@ def _removals(output: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def _text_lines(docs: list[str]) -> list[int]:
+    """The line each document of `write_text(docs)` starts on, from 1."""
+    lines, line = [], 1
+    for doc in docs:
+        lines.append(line)
+        line += doc.count("\n") + 2
+    return lines
+
+
 def test_normalization_is_nfc_and_collapsed_whitespace_keeping_case():
     assert normalized("  Cafe\u0301 \t au\n\n lait ") == "Caf\u00e9 au lait"
     assert normalized("Café") != normalized("café")
 
 
 def test_kept_documents_skips_numbers_and_whole_cut_documents():
-    piece = lambda text, first: [DocumentPiece(text, first)]  # noqa: E731
-    numbered = [(0, ["a", "b"]), (2, piece("c1", True)), (2, piece("c2", False)), (3, ["d", "e"])]
+    piece = lambda text, first: DocumentPiece(text, first, location=7)  # noqa: E731
+    numbered = [(0, DocumentRun(["a", "b"], [0, 1])), (2, piece("c1", True)), (2, piece("c2", False)),
+                (3, DocumentRun(["d", "e"], [9, 10]))]
     kept = list(kept_documents(numbered, frozenset({1, 2, 4})))
-    assert kept == [["a"], ["d"]]
-    assert list(kept_documents(numbered, frozenset())) == [docs for _, docs in numbered]
+    assert kept == [DocumentRun(["a"], [0]), DocumentRun(["d"], [9])]
+    assert list(kept_documents(numbered, frozenset())) == [read for _, read in numbered]
 
 
 def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():
     keys = np.array([[5], [7], [5], [5], [7]], dtype=np.uint64)
     places = np.array([place(2, 0), place(0, 3), place(0, 9), place(1, 0), place(3, 1)], dtype=np.int64)
-    halves = [(places[:2], keys[:2]), (places[2:], keys[2:])]
+    locations = np.arange(100, 105)
+    halves = [(places[:2], locations[:2], keys[:2]), (places[2:], locations[2:], keys[2:])]
     found = sorted(duplicates(EXACT, halves))
     assert found == sorted(duplicates(EXACT, halves[::-1]))
-    assert found == [(1, 0, EXACT, place(0, 9)), (2, 0, EXACT, place(0, 9)), (3, 1, EXACT, place(0, 3))]
+    assert found == [(1, 0, EXACT, place(0, 9), 102), (2, 0, EXACT, place(0, 9), 102), (3, 1, EXACT, place(0, 3), 101)]
     # The earliest keeper is named; on a tie, the exact match.
-    assert merge([(4, NEAR, 10), (4, EXACT, 12), (4, NEAR, 12), (5, NEAR, 3), (5, EXACT, 3)]) == {
-        4: (NEAR, 10),
-        5: (EXACT, 3),
+    assert merge([(4, NEAR, 10, 1), (4, EXACT, 12, 2), (4, NEAR, 12, 2), (5, NEAR, 3, 0), (5, EXACT, 3, 0)]) == {
+        4: (NEAR, 10, 1),
+        5: (EXACT, 3, 0),
     }
 
 
@@ -67,7 +78,8 @@ def test_minhash_agreement_estimates_jaccard():
     a = " ".join(words)
     b = near_copy(a, 10, rng)
     jaccard = _jaccard(a, b)
-    agreement = float(np.mean(minhash(word_hashes(a)) == minhash(word_hashes(b))))
+    minhasher = MinHasher(5, 14, 8)
+    agreement = float(np.mean(minhasher.signature(word_hashes(a)) == minhasher.signature(word_hashes(b))))
     assert abs(agreement - jaccard) < 0.1, (agreement, jaccard)
 
 
@@ -85,11 +97,10 @@ def test_exact_duplicates_across_inputs_and_units_keep_the_first(tmp_path, encod
     manifest = run_prepare([first, second], out, "--dedup", "exact", "--unit-bytes", "8192")
     assert manifest.num_units > 4
     assert manifest.removed == {EXACT: len(exact)}
-    names = {0: first, 1: second}
-    where = lambda i: {"path": names[i >= cut], "document": i - cut * (i >= cut)}  # noqa: E731
-    assert sorted(_removals(out), key=lambda r: (r["path"] != first, r["document"])) == [
-        {"reason": EXACT, **where(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())
-    ]
+    text_lines = _text_lines(docs[:cut])
+    where = lambda i: {"path": first, "line": text_lines[i]} if i < cut else {"path": second, "line": i - cut + 1}  # noqa: E731
+    with_id = lambda i: {**where(i), "id": i - cut} if i >= cut else where(i)  # noqa: E731
+    assert _removals(out) == [{"reason": EXACT, **with_id(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())]
     kept = [d for i, d in enumerate(docs) if i not in exact]
     assert sorted(decoded_documents(out, encoding)) == sorted(t.strip("\n") for t in kept)
     assert sum(s.documents for s in manifest.shards) == len(kept)
@@ -102,7 +113,7 @@ def test_a_cut_document_is_deduplicated_whole(tmp_path):
     manifest = run_prepare([write_jsonl(str(tmp_path / "a.jsonl"), docs)], out, "--dedup", "exact", "--max-document-bytes", "1024")
     assert manifest.counts["cut_documents"] == 3
     assert manifest.removed == {EXACT: 1}
-    assert _removals(out)[0]["document"] == 3 and _removals(out)[0]["duplicate_of"]["document"] == 1
+    assert _removals(out)[0]["line"] == 4 and _removals(out)[0]["id"] == 3 and _removals(out)[0]["duplicate_of"]["line"] == 2
 
 
 def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
@@ -110,10 +121,11 @@ def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
     path = write_jsonl(str(tmp_path / "a.jsonl"), corpus.documents)
     out = str(tmp_path / "out")
     manifest = run_prepare([path], out, "--dedup", "near", "--unit-bytes", "65536")
-    removed = {r["document"]: r for r in _removals(out)}
+    removed = {r["line"] - 1: r for r in _removals(out)}
+    assert all(r["id"] == i for i, r in removed.items())
     planted = {**corpus.exact, **corpus.near}
     assert set(removed) <= set(planted), "a distinct document was removed"
-    assert all(removed[i]["duplicate_of"]["document"] == planted[i] for i in removed)
+    assert all(removed[i]["duplicate_of"]["line"] - 1 == planted[i] for i in removed)
     # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability (1-0.9^8)^14 < 4e-4.
     similar = [i for i, k in corpus.near.items() if _jaccard(corpus.documents[i], corpus.documents[k]) >= 0.9]
     assert len(similar) > 30 and set(similar) <= set(removed)
@@ -145,7 +157,7 @@ def test_eval_text_inside_longer_documents_is_found(tmp_path):
     assert manifest.removed == {"contaminated": 3}
     assert [(e.path, e.removed) for e in manifest.eval_files] == [(eval_jsonl, 1), (eval_parquet, 1), (eval_text, 1)]
     assert all(len(e.sha256) == 64 for e in manifest.eval_files)
-    assert [(r["document"], r["eval_file"]) for r in _removals(out)] == [(0, eval_jsonl), (1, eval_parquet), (2, eval_text)]
+    assert [(r["line"], r["eval_file"]) for r in _removals(out)] == [(1, eval_jsonl), (3, eval_parquet), (5, eval_text)]
     assert manifest.totals["train"].documents == 2
     shown = subprocess.run([sys.executable, "-m", "pipeline", "inspect", out], cwd=REPO, capture_output=True, text=True)
     assert "removed (see removals.jsonl): contaminated 3" in shown.stdout, shown.stderr
@@ -172,28 +184,6 @@ def test_bad_input_in_the_cleaning_pass_is_one_line_or_a_recorded_skip(tmp_path)
     manifest = run_prepare([good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files")
     assert manifest.skipped == {"unreadable_file": 1} and manifest.totals["train"].documents == 2
 
-
-
-def test_a_cleaning_stage_completed_against_other_eval_files_is_refused(tmp_path):
-    from pipeline.prepare.cleaning.job import fingerprints_key, is_cleaned
-    from pipeline.prepare.cleaning.removals import cleaned_path
-    from pipeline.prepare.worker import RunContext
-    from schemas.manifest import PrepareConfig
-
-    def context(digest: str) -> RunContext:
-        return RunContext(
-            config=PrepareConfig(decontaminate=["eval.jsonl"]), dtype_name="uint16", num_units=1,
-            output_dir=str(tmp_path), plan="p", package_versions={}, extras=(), failures_dir=str(tmp_path / "f"),
-            eval_digests=(digest,),
-        )
-
-    assert not is_cleaned(context("a" * 64))
-    os.makedirs(os.path.dirname(cleaned_path(str(tmp_path))))
-    with open(cleaned_path(str(tmp_path)), "w") as f:
-        f.write(fingerprints_key(context("a" * 64)))
-    assert is_cleaned(context("a" * 64))
-    with pytest.raises(ValueError, match="eval files changed"):
-        is_cleaned(context("b" * 64))
 
 
 def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
@@ -238,3 +228,76 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     run_prepare(inputs, out, *args)
     assert run_outputs(out) == run_outputs(clean)
+
+
+def test_documents_without_shingles_are_never_near_duplicates(tmp_path):
+    # No word characters, or fewer words than a shingle: nothing to compare but their absence.
+    fortunes = ["(╯‵□′)╯︵┻━┻", "%", "¯\\_(ツ)_/¯", "— —", "Hello world", "hello, WORLD!", "%"]
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "f.jsonl"), fortunes)], out, "--dedup", "near")
+    assert manifest.removed == {EXACT: 1}
+    assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(7, 2)]
+
+
+def test_near_duplicates_of_cut_documents_are_found(tmp_path):
+    rng = random.Random(5)
+    long = " ".join(f"w{rng.randrange(10**6)}" for _ in range(400))  # about 3 KB: cut at 1 KB
+    docs = [long, "a short one in between", near_copy(long, 3, rng), " ".join(f"x{i}" for i in range(500))]
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "a.jsonl"), docs)], out, "--dedup", "near",
+                           "--max-document-bytes", "1024")
+    assert manifest.counts["cut_documents"] == 3
+    assert manifest.removed == {NEAR: 1}
+    assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(3, 1)]
+
+
+def test_near_dedup_parameters_are_the_users(tmp_path):
+    rng = random.Random(6)
+    base = " ".join(f"w{rng.randrange(10**6)}" for _ in range(300))
+    docs = [base, near_copy(base, 4, rng)]  # 5-gram Jaccard about 0.87
+    corpus = write_jsonl(str(tmp_path / "a.jsonl"), docs)
+    assert run_prepare([corpus], str(tmp_path / "default"), "--dedup", "near").removed == {NEAR: 1}
+    # One band of 112 rows: only documents agreeing in every hash collide.
+    strict = run_prepare([corpus], str(tmp_path / "strict"), "--dedup", "near", "--near-bands", "1", "--near-rows", "112")
+    assert strict.removed == {} and (strict.config.near_bands, strict.config.near_rows) == (1, 112)
+    # Shingles of 2 words: the copy's changes touch fewer of them.
+    assert run_prepare([corpus], str(tmp_path / "two"), "--dedup", "near", "--near-ngram", "2",
+                       "--near-bands", "1", "--near-rows", "3").removed == {NEAR: 1}
+    from pipeline.prepare.launcher import PrepareError
+
+    with pytest.raises(PrepareError, match="at most 1024 hashes"):
+        run_prepare([corpus], str(tmp_path / "big"), "--dedup", "near", "--near-bands", "64", "--near-rows", "32")
+
+
+def test_removals_are_located_as_rejects_are(tmp_path):
+    lines = [json.dumps({"text": f"document {i} " + "word " * 20, "id": f"doc-{i}"}) for i in range(10)]
+    lines[2] = "{not json"
+    lines[5] = lines[8] = lines[0]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    texts = [f"row {i % 4} " + "word " * 30 for i in range(12)]
+    parquet = write_parquet(str(tmp_path / "c.parquet"), texts, row_group_size=5)
+    out = str(tmp_path / "out")
+    run_prepare([str(path), parquet], out, "--dedup", "exact", "--unit-bytes", "4096")
+    with open(os.path.join(out, formats.REJECTS_NAME)) as f:
+        assert [json.loads(line)["location"] for line in f] == ["line 3"]
+    assert _removals(out) == [
+        {"reason": EXACT, "path": str(path), "line": 6, "id": "doc-0", "duplicate_of": {"path": str(path), "line": 1}},
+        {"reason": EXACT, "path": str(path), "line": 9, "id": "doc-0", "duplicate_of": {"path": str(path), "line": 1}},
+    ] + [
+        {"reason": EXACT, "path": parquet, "row": i, "id": i, "duplicate_of": {"path": parquet, "row": i % 4}}
+        for i in range(4, 12)
+    ]
+
+
+def test_overwrite_removes_every_file_of_the_earlier_run(tmp_path):
+    rng = random.Random(8)
+    passage = " ".join(f"p{rng.randrange(10**6)}" for _ in range(20))
+    docs = ["same words here", "same words here", "other " + passage] + [f"page {i} " + passage for i in range(12)]
+    corpus = write_jsonl(str(tmp_path / "c.jsonl"), docs)
+    out = str(tmp_path / "out")
+    run_prepare([corpus], out, "--dedup", "exact", "--decontaminate", write_jsonl(str(tmp_path / "e.jsonl"), [passage]))
+    assert os.path.exists(os.path.join(out, formats.REMOVALS_NAME))
+    assert os.path.exists(os.path.join(out, formats.COMMON_NGRAMS_NAME))
+    run_prepare([corpus], out, "--overwrite")
+    assert sorted(os.listdir(out)) == sorted([formats.MANIFEST_NAME, formats.REJECTS_NAME, formats.RUN_INFO_NAME, "train"])

@@ -24,7 +24,7 @@ def interrupted_before_manifest(corpus: str, out: str) -> None:
     args, pipeline_args = launcher.parse_args(["--input", corpus, "--output", out, *ARGS, *IN_PROCESS])
     plan = make_plan(args.input, launcher._config(args))
     prepare_output_dir(out, plan, overwrite=False)
-    launcher._run_pending(plan, out, pipeline_args, verbose=False, eval_digests=())
+    launcher._run_pending(plan, out, pipeline_args, verbose=False)
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
 
 

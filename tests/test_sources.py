@@ -31,17 +31,15 @@ def read_all(path: str, fmt: str, config: PrepareConfig) -> tuple[list, Tally, l
     documents, tally, digests = [], Tally(), []
     for i, (start, end) in enumerate(source.plan(path, FileInfo(size, "v"), config)):
         digest = ContentDigest()
-        for run in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest):
-            pieces = [d for d in run if isinstance(d, DocumentPiece)]
-            assert not pieces or len(run) == 1, "a piece comes in a list of its own"
-            for document in run:
-                if isinstance(document, DocumentPiece):
-                    assert len(document.text.encode()) <= config.max_document_bytes
-                    if document.first:
-                        documents.append([])
-                    documents[-1].append(document.text)
-                else:
-                    documents.append(document)
+        for read in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest, located=True):
+            if isinstance(read, DocumentPiece):
+                assert len(read.text.encode()) <= config.max_document_bytes
+                if read.first:
+                    documents.append([])
+                documents[-1].append(read.text)
+            else:
+                assert len(read.texts) == len(read.locations)
+                documents += read.texts
         digests.append(digest.hexdigest())
     return ["".join(d) if isinstance(d, list) else d for d in documents], tally, digests
 
@@ -182,8 +180,8 @@ def test_a_cut_document_never_ends_in_an_empty_piece(tmp_path):
     cfg = config(4096, max_document_bytes=1024)
     tally, pieces = Tally(), []
     size = os.path.getsize(path)
-    for run in SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, 10, size, "v"), cfg, tally, ContentDigest()):
-        pieces += [d.text for d in run if isinstance(d, DocumentPiece)]
+    for read in SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, 10, size, "v"), cfg, tally, ContentDigest()):
+        pieces += [read.text] if isinstance(read, DocumentPiece) else []
     assert all(p.strip() for p in pieces), pieces
     assert tally.counts["document_pieces"] == len(pieces)
 
@@ -207,3 +205,58 @@ def test_which_jsonl_lines_are_too_long_does_not_depend_on_chunks_or_units(tmp_p
 def test_an_empty_row_group_gives_no_unit():
     assert row_ranges([(0, 100), (10, 50)], 40) == [(0, 5), (5, 10)]
     assert row_ranges([(0, 100)], 1) == []
+
+
+def _pieces(path: str, fmt: str, config: PrepareConfig) -> tuple[list[list[str]], Tally]:
+    """The pieces of every cut document, document by document, and the tally."""
+    size = os.path.getsize(path)
+    cut, tally = [], Tally()
+    for i, (start, end) in enumerate(SOURCES[fmt].plan(path, FileInfo(size, "v"), config)):
+        for read in SOURCES[fmt].read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, ContentDigest()):
+            if isinstance(read, DocumentPiece):
+                cut += [[]] if read.first else []
+                cut[-1].append(read.text)
+    return cut, tally
+
+
+def test_a_long_document_is_cut_the_same_way_whatever_the_unit_size_or_format(tmp_path):
+    rng = random.Random(4)
+    docs = [" ".join(f"w{rng.randrange(10**5)}" for _ in range(rng.randint(150, 500))) for _ in range(20)]
+    docs += ["short"] * 3
+    rng.shuffle(docs)
+    text = write_text_file(tmp_path / "long.txt", docs)
+    jsonl = tmp_path / "long.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    expected, _ = _pieces(str(jsonl), "jsonl", config(4096, max_document_bytes=1024))
+    assert len(expected) == 20
+    for unit_bytes in (4096, 10_000, 2**20):
+        pieces, tally = _pieces(text, "text", config(unit_bytes, max_document_bytes=1024))
+        assert pieces == expected, unit_bytes
+        assert tally.counts["cut_documents"] == 20
+
+
+def write_text_file(path, docs: list[str]) -> str:
+    path.write_text("".join(f"{d}\n{SEP}\n" for d in docs))
+    return str(path)
+
+
+def test_documents_carry_the_line_or_row_they_start_on(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text(f"first\nstill first\n{SEP}\n\nsecond\n  {SEP}\r\nthird\n{SEP}\n{SEP}\nfourth\n")
+    reads = list(SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, path.stat().st_size, path.stat().st_size, "v"),
+                                      config(4096), Tally(), ContentDigest(), located=True))
+    located = [(t, line) for read in reads for t, line in zip(read.texts, read.locations)]
+    # Lines from 0, counted as rejects count them: the line after each separator line.
+    assert located == [("first\nstill first", 0), ("second", 3), ("third", 6), ("fourth", 9)]
+
+
+@pytest.mark.parametrize("data", [
+    "a\nSEP\n\nSEP\nb\n", "SEP\na\nSEP\nSEP\n b \n  SEP\r\nc\nSEP", "\nSEP\nx\n", "a SEP b\n", "SEP", "x\nSEP\n\n\nSEP\n",
+])
+def test_lines_between_pieces_add_up_to_the_data(data):
+    from pipeline.prepare.sources.base import separated
+
+    for form in (data, data.encode()):
+        pieces, between = separated(form, "SEP")
+        assert len(between) == len(pieces) - 1
+        assert sum(p.count("\n" if isinstance(form, str) else b"\n") for p in pieces) + sum(between) == data.count("\n")

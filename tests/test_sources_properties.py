@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from conftest import decoded_documents, run_prepare
 from pipeline.prepare.documents import EMPTY, LINE_TOO_LONG, MISSING_TEXT
+from pipeline.prepare.launcher import PrepareError
 from pipeline.prepare.sources.base import BOM, separator_regex
 from pipeline.tokenization.tiktoken_backend import load_encoding
 from test_sources import config, read_all
@@ -195,10 +196,14 @@ def test_prepare(profile):
             path = os.path.join(tmp, "c.txt")
             open(path, "wb").write("".join(f"{d}\n<|endoftext|>\n" for d in docs).encode())
             out = os.path.join(tmp, "out")
+            empty = sum(1 for d in docs if not d.strip())
+            if empty == len(docs):  # a run with no training data fails, saying why
+                with pytest.raises(PrepareError, match="no training data: (every document was skipped|the 1 inputs are empty)"):
+                    run_prepare([path], out, "--unit-bytes", str(unit_bytes))
+                return
             manifest = run_prepare([path], out, "--unit-bytes", str(unit_bytes))
             got = decoded_documents(out, encoding)
         assert sorted(got) == sorted(d.strip() for d in docs if d.strip())
-        empty = sum(1 for d in docs if not d.strip())
         assert manifest.skipped == ({EMPTY: empty} if empty else {})
 
     check()

@@ -202,3 +202,105 @@ def test_prepare_writes_the_reference_ids_of_every_document(bpe, tmp_path, backe
     eos = manifest.tokenizer.eot_id
     written = _records_as_documents(str(tmp_path / "out"), eos)
     assert sorted(written) == sorted(tuple(reference(t) + [eos]) for t in texts if t.strip())
+
+
+def _with_added_token(source: str, directory, content: str, *, special: bool) -> str:
+    """`source` with the added token `content` marked special or not."""
+    definition = json.loads(open(source).read())
+    for token in definition["added_tokens"]:
+        if token["content"] == content:
+            token["special"] = special
+    directory.mkdir()
+    (directory / "tokenizer.json").write_text(json.dumps(definition))
+    return str(directory / "tokenizer.json")
+
+
+@pytest.mark.parametrize("spec_of", [lambda bpe, tmp: bpe, lambda bpe, tmp: "gpt2"], ids=["tokenizers", "tiktoken"])
+def test_boundary_tokens_must_be_special_tokens(bpe, tmp_path, spec_of):
+    spec = spec_of(bpe, tmp_path)
+    for flags in ({"eos_token": "e"}, {"bos_token": "e"}):
+        with pytest.raises(tokenization.TokenizerError, match="'e' .* is not a special token.*<\\|endoftext\\|>"):
+            tokenization.load_tokenizer(spec, **flags)
+
+
+def test_an_end_of_text_token_not_marked_special_is_refused_before_any_work(bpe, tmp_path):
+    # Its text inside a document would encode to the EOS id: 26 documents read as 33 and more.
+    from pipeline.prepare.launcher import PrepareError
+
+    spec = _with_added_token(bpe, tmp_path / "plain", "<|endoftext|>", special=False)
+    corpus = tmp_path / "web.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"page {i} quotes <|endoftext|> in its text"}) + "\n" for i in range(26)))
+    with pytest.raises(PrepareError, match="'<\\|endoftext\\|>' .* is not a special token"):
+        run_prepare([str(corpus)], str(tmp_path / "out"), "--tokenizer", spec)
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_a_bos_equal_to_the_eos_is_refused_by_prepare_and_by_readers(tmp_path):
+    from pipeline.prepare.launcher import PrepareError
+    from schemas.manifest import TokenizerInfo
+
+    with pytest.raises(PrepareError, match="BOS '<\\|endoftext\\|>' is also the EOS.*--bos-token none"):
+        run_prepare([str(write_stories(tmp_path))], str(tmp_path / "out"), "--bos-token", "<|endoftext|>")
+    with pytest.raises(ValueError, match="BOS id is its end-of-text id"):
+        TokenizerInfo(name="t", vocab_sha256="0" * 64, n_vocab=10, eot_id=3, tiktoken_version="", bos_id=3)
+
+
+def write_stories(tmp_path):
+    from pipeline.corpus import write_corpus
+
+    path = tmp_path / "stories.txt"
+    write_corpus(str(path), 26, seed=1)
+    return path
+
+
+def test_document_text_that_encodes_to_a_boundary_id_fails_the_run(tmp_path):
+    # A BPE whose merges spell the special token's text from plain characters: the token shares the
+    # vocabulary's id, so text can reach it however special-token text is split.
+    from pipeline.prepare.launcher import PrepareError
+
+    vocab = {"<": 0, "/": 1, "s": 2, ">": 3, "</": 4, "s>": 5, "</s>": 6, "a": 7}
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, [("<", "/"), ("s", ">"), ("</", "s>")]))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    model.add_special_tokens(["</s>"])
+    path = str(tmp_path / "tokenizer.json")
+    model.save(path)
+    loaded = tokenization.load_tokenizer(path)
+    assert loaded.info.eot_id == 6
+    assert loaded.encode_documents(["a a"])[0].tolist() == [7, 7, 6]
+    with pytest.raises(tokenization.TokenizerError, match="encoded to the EOS id 6"):
+        loaded.encode_documents(["a </s> a"])
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"text": "a </s> a"}) + "\n")
+    with pytest.raises(PrepareError, match="encoded to the EOS id 6"):
+        run_prepare([str(corpus)], str(tmp_path / "out"), "--tokenizer", path)
+
+
+def test_a_tiktoken_special_id_that_is_also_an_ordinary_rank_is_refused(bpe, tmp_path):
+    spec = write_tiktoken_spec(bpe, str(tmp_path / "tt"))
+    data = json.loads(open(spec).read())
+    data["special_tokens"]["<|endoftext|>"] = 300  # a merged token's rank
+    open(spec, "w").write(json.dumps(data))
+    with pytest.raises(tokenization.TokenizerError, match="id 300, which is also an ordinary token's rank"):
+        tokenization.load_tokenizer(spec)
+
+
+@pytest.mark.parametrize("backend", ["tokenizers", "tiktoken"])
+def test_the_lengths_index_finds_every_document_at_its_bos_in_small_records(bpe, tmp_path, backend):
+    # Documents hold the boundary tokens' text and span several 16-token records: the index still
+    # finds exactly the documents written, each starting with the BOS and ending with the EOS.
+    from pipeline.load.lengths import SplitLengths
+    from pipeline.manifest_io import read_manifest
+
+    spec = bpe if backend == "tokenizers" else write_tiktoken_spec(bpe, str(tmp_path / "tt"))
+    texts = [f"story {i} says <s> and </s> and <|endoftext|> " + "word " * (i % 30) for i in range(26)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = str(tmp_path / "out")
+    manifest = run_prepare([str(corpus)], out, "--tokenizer", spec, "--bos-token", "<s>", "--eos-token", "</s>",
+                           "--record-tokens", "16")
+    assert manifest.totals["train"].documents == 26 and manifest.totals["train"].records > 26
+    lengths = SplitLengths.of(out, read_manifest(out), "train")
+    documents = np.split(np.concatenate(read_split(out)), np.cumsum(np.concatenate(lengths.docs))[:-1])
+    assert len(documents) == 26
+    bos, eos = SPECIALS.index("<s>"), SPECIALS.index("</s>")
+    assert all(d[0] == bos and d[-1] == eos and bos not in d[1:] and eos not in d[:-1] for d in documents)

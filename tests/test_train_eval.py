@@ -11,7 +11,8 @@ import pytest
 from model.config import GPTConfig
 from train.config import TrainConfig
 from train.mesh import make_mesh
-from train.trainer import build_model, eval_totals
+from train.step import Steps
+from train.trainer import build, eval_totals
 
 SMALL = GPTConfig(vocab_size=512, max_seq_len=16, num_layers=1, num_heads=2, width=32, mlp_width=64)
 
@@ -27,11 +28,12 @@ def _packed_batch(rng: np.random.Generator, real: list[int]) -> dict[str, np.nda
 def test_eval_loss_weights_every_real_token_alike():
     config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=16, batch_size=2)
     mesh = make_mesh(())
-    model = build_model(config, mesh)
+    model, optimizer = build(config, mesh)
+    steps = Steps(model, optimizer)
     rng = np.random.default_rng(0)
     batches = [_packed_batch(rng, [16, 16]), _packed_batch(rng, [3, 1])]  # 32 real tokens, then 4
     with jax.set_mesh(mesh):
-        loss_sum, tokens = eval_totals(model, grain.MapDataset.source(batches).to_iter_dataset(), 2, mesh)
+        loss_sum, tokens = eval_totals(steps, steps.arrays, grain.MapDataset.source(batches).to_iter_dataset(), 2, mesh)
         # The reference: every real token's loss, straight from the logits, pooled over both batches.
         token_losses, batch_means = [], []
         for b in batches:
@@ -40,7 +42,7 @@ def test_eval_loss_weights_every_real_token_alike():
             real = losses[b["segment_ids"] > 0]
             token_losses.extend(real)
             batch_means.append(real.mean())
-    assert tokens == 36
-    assert loss_sum / tokens == pytest.approx(np.mean(token_losses), rel=1e-5)
+    assert float(tokens) == 36
+    assert float(loss_sum) / float(tokens) == pytest.approx(np.mean(token_losses), rel=1e-5)
     # What averaging the batches' means would give is measurably different here.
     assert abs(np.mean(batch_means) - np.mean(token_losses)) > 1e-3

@@ -18,6 +18,7 @@ from train.host_batches import (
     batch_digest,
     check_shards_agree,
     row_digests,
+    settle,
     sum_over_groups,
 )
 from train.mesh import HostShards, data_positions
@@ -83,10 +84,10 @@ def test_the_batch_digest_does_not_depend_on_which_process_held_which_rows():
 def test_one_process_gathers_exact_int64_and_its_own_counts():
     big = [2**40 + 3, -5, 2**62]
     np.testing.assert_array_equal(gather_int64(big), [big])
-    fed = FedBatches(HostShards((0, 1), 2), num_sources=2)
-    fed.add({"inputs": np.zeros((2, 4), np.int32)}, np.array([3, 5]))
-    fed.add({"inputs": np.ones((2, 4), np.int32)}, np.array([1, 1]))
-    tokens, digest = fed.reconcile(step=2)
+    fed = FedBatches(HostShards((0, 1), 2), num_sources=2, rows=2)
+    fed.add({"inputs": np.zeros((2, 4), np.int32)}, np.array([3, 5]), rows=True)
+    fed.add({"inputs": np.ones((2, 4), np.int32)}, np.array([1, 1]), rows=True)
+    tokens, digest = settle(gather_int64(fed.report()), 2, step=2)
     np.testing.assert_array_equal(tokens, [4, 6])
     assert digest == batch_digest([0], row_digests({"inputs": np.ones((2, 4), np.int32)})[None])
     with pytest.raises(ValueError, match="no good"):
@@ -152,14 +153,15 @@ import numpy as np
 sys.path.insert(0, ".")
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
-from train.host_batches import FedBatches
+from train.host_batches import FedBatches, settle
 from train.mesh import HostShards
-fed = FedBatches(HostShards((0,), 1), num_sources=0)  # both feed all rows, as with --mesh model=2
-fed.add({"inputs": np.full((2, 4), 7, np.int32)})
-fed.reconcile(step=1)
-fed.add({"inputs": np.full((2, 4), jax.process_index(), np.int32)})
+from train.processes import gather_int64
+fed = FedBatches(HostShards((0,), 1), num_sources=0, rows=2)  # both feed all rows, as with --mesh model=2
+fed.add({"inputs": np.full((2, 4), 7, np.int32)}, rows=True)
+settle(gather_int64(fed.report()), 0, step=1)
+fed.add({"inputs": np.full((2, 4), jax.process_index(), np.int32)}, rows=True)
 try:
-    fed.reconcile(step=2)
+    settle(gather_int64(fed.report()), 0, step=2)
 except ValueError as e:
     print("refused:", e)
 """

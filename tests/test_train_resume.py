@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -78,6 +79,10 @@ def finished(prepared, tmp_path_factory) -> str:
         (["--width", "64"], "--width 64 differs from the saved run's 32"),
         (["--bf16"], "--bf16 differs from the saved run's --no-bf16"),
         (["--warmup-steps", "5"], "--warmup-steps 5 differs from the saved run's 0"),
+        (["--grad-clip", "0.5"], "--grad-clip 0.5 differs from the saved run's 1.0"),
+        (["--weight-decay", "0"], "--weight-decay 0.0 differs from the saved run's 0.1"),
+        (["--beta2", "0.99"], "--beta2 0.99 differs from the saved run's 0.95"),
+        (["--min-learning-rate", "0"], "--min-learning-rate 0.0 differs from the saved run's 0.0001"),
     ],
 )
 def test_a_given_setting_must_match_the_saved_run(finished, capsys, flags, message):
@@ -100,6 +105,26 @@ def test_a_new_run_needs_data(tmp_path, capsys):
     code, _, err = _run(capsys, "--workdir", str(tmp_path / "empty"))
     assert code == 1
     assert "holds no run to resume; --data is required to start one" in err
+
+
+def test_the_optimizer_settings_have_flags_with_their_defaults_and_are_saved(prepared, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, shown in [("--grad-clip", "1.0"), ("--weight-decay", "0.1"), ("--beta2", "0.95"),
+                        ("--min-learning-rate", "0.0001")]:
+        assert re.search(rf"{flag} [A-Z0-9_]+ (?:(?! --).)*\(default: {re.escape(shown)}\)", text), flag
+    workdir = str(tmp_path / "run")
+    code, _, err = _run(capsys, "--data", prepared, "--workdir", workdir, "--steps", "2", *SIZE, "--grad-clip", "0.5",
+                        "--weight-decay", "0.01", "--beta2", "0.99", "--min-learning-rate", "1e-5")
+    assert code == 0, err
+    with open(os.path.join(workdir, "config.json")) as f:
+        saved = json.load(f)
+    assert (saved["grad_clip"], saved["weight_decay"], saved["beta2"], saved["min_learning_rate"]) == (0.5, 0.01, 0.99, 1e-5)
+    # Resumed without them, the saved values hold; given again equal, they are accepted.
+    code, _, err = _run(capsys, "--workdir", workdir, "--steps", "3", "--beta2", "0.99")
+    assert code == 0, err
+    assert _train_rows(workdir)[-1]["step"] == 3
 
 
 def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished, tmp_path, capsys):

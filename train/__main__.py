@@ -26,6 +26,7 @@ def _train_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "cadence and --loader-workers).",
     )
     flags: dict[str, str] = {}
+    from train.settings import default
 
     def add(flag: str, help: str, **kwargs) -> None:
         action = p.add_argument(flag, default=None, help=help, **kwargs)
@@ -50,6 +51,12 @@ def _train_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     add("--vocab-size", "the model's vocabulary, padded to a multiple of 128 (default: the data's; never "
         "smaller)", type=int)
     add("--learning-rate", "peak learning rate (default: 1e-3)", type=float)
+    add("--min-learning-rate", f"where the cosine decay ends (default: {default('min_learning_rate')})", type=float)
+    add("--weight-decay", f"AdamW's decoupled weight decay, on matrices only (default: {default('weight_decay')})",
+        type=float)
+    add("--beta2", f"AdamW's second-moment decay; beta1 is 0.9 (default: {default('beta2')})", type=float)
+    add("--grad-clip", f"the largest global gradient norm, clipped above (default: {default('grad_clip')})",
+        type=float)
     add("--warmup-steps", "default: --steps / 10, at most 100", type=int)
     add("--decay-steps", "the schedule's horizon (default: --steps; on resume, the saved run's)", type=int)
     add("--checkpoint-every", "default: 200", type=int)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 import grain
@@ -58,40 +59,51 @@ class _PositionRestore(ocp.args.CheckpointArgs):
 
 
 class Checkpointer:
-    """Every `every` steps, keeping the last `keep`; the data position travels with the weights,
-    so a restored run reads exactly the batches the uninterrupted one would have."""
+    """Every `every` steps and at the last, keeping the last `keep`; the data position travels with
+    the weights, so a restored run reads exactly the batches the uninterrupted one would have.
+
+    Saves are asynchronous: `save` returns once the state is copied off the device, and Orbax
+    writes it in the background into a temporary directory that is renamed into place when whole,
+    so a run killed mid-save leaves the previous checkpoint as the latest. A save still in flight is
+    finished before the next one starts and before `close` returns.
+    """
 
     def __init__(self, workdir: str, *, every: int, keep: int):
         self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+        self.every = every
+        # The loop says when to save: Orbax's own policy would also save the first step of every start.
         self._manager = ocp.CheckpointManager(
             self.directory,
             item_names=("state", "data", "feed"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True),
         )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def should_save(self, step: int) -> bool:
-        return self._manager.should_save(step)
+    def due(self, step: int, *, last: int) -> bool:
+        return step % self.every == 0 or step == last
 
-    def save(
-        self, step: int, model: GPT, optimizer: nnx.Optimizer, iterator: grain.DatasetIterator, feed: dict, *,
-        force: bool = False,
-    ) -> bool:
+    def save(self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict) -> float:
+        """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
+        the feed; returns the seconds spent waiting for the previous save to finish writing."""
+        began = time.perf_counter()
+        self._manager.wait_until_finished()
+        waited = time.perf_counter() - began
         items = {
-            "state": ocp.args.StandardSave({"model": nnx.state(model), "optimizer": nnx.state(optimizer)}),
+            "state": ocp.args.StandardSave(state),
             "data": _PositionSave(iterator),
             "feed": ocp.args.JsonSave(feed),
         }
-        return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+        self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        return waited
 
     def restore(
-        self, step: int, model: GPT, optimizer: nnx.Optimizer, iterator: grain.DatasetIterator, *, data: dict[str, str]
-    ) -> dict:
-        """Restores in place, onto the shardings the freshly built model and optimizer already have;
-        returns the saved feed. Refuses a checkpoint of other `data` (source name -> manifest digest):
-        its position would index another stream of records."""
+        self, step: int, state: nnx.State, iterator: grain.DatasetIterator, *, data: dict[str, str]
+    ) -> tuple[nnx.State, dict]:
+        """The saved state, on the shardings of `state` (a freshly built one), and the saved feed; the
+        iterator is moved to the saved position. Refuses a checkpoint of other `data` (source name ->
+        manifest digest): its position would index another stream of records."""
         feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
@@ -99,14 +111,8 @@ class Checkpointer:
                     f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
                     f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
                 )
-        items = {
-            "state": ocp.args.StandardRestore({"model": nnx.state(model), "optimizer": nnx.state(optimizer)}),
-            "data": _PositionRestore(iterator),
-        }
-        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-        nnx.update(model, restored["state"]["model"])
-        nnx.update(optimizer, restored["state"]["optimizer"])
-        return feed
+        items = {"state": ocp.args.StandardRestore(state), "data": _PositionRestore(iterator)}
+        return self._manager.restore(step, args=ocp.args.Composite(**items))["state"], feed
 
     def restore_model(self, step: int, model: GPT) -> None:
         """The model's weights alone: the optimizer state is neither built nor read."""
@@ -118,5 +124,6 @@ class Checkpointer:
         nnx.update(model, restored["state"]["model"])
 
     def close(self) -> None:
+        """Waits for a save in flight to be written whole."""
         self._manager.wait_until_finished()
         self._manager.close()

@@ -4,7 +4,8 @@ JAX stitches the global batch from whatever each process hands it. Processes tha
 (a model axis spanning them) must hand identical rows, or steps compute on a batch that no
 process holds whole, with no error. Each process keeps a running digest of its host batches and
 the processes compare them by shard; the same exchange sums the per-source token counts of a
-mixture over the shards.
+mixture over the shards. The reports travel through the train step itself (see `train_step`), so
+the comparison costs no collective of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import hashlib
 import numpy as np
 
 from train.mesh import HostShards
-from train.processes import gather_int64
 
 _DIGEST_WORDS = 4  # SHA-256 as int64 words
 
@@ -65,32 +65,38 @@ def batch_digest(first_rows: list[int], digests: np.ndarray) -> str:
 
 class FedBatches:
     """This process's host batches since the run (re)started: a running digest, the target tokens
-    per data source (a mixture's `source_tokens`), and the row digests of the latest batch."""
+    per data source (a mixture's `source_tokens`), and the row digests of the latest batch, reported
+    as one int64 row (`report`) that `settle` reads with every other process's."""
 
-    def __init__(self, shards: HostShards, num_sources: int):
+    def __init__(self, shards: HostShards, num_sources: int, rows: int):
         self.group = shards.indices[0]  # position sets are equal or disjoint: the first one names it
         self._positions = len(shards.indices)
         self._digest = hashlib.sha256()
         self._source_tokens = np.zeros(num_sources, np.int64)
-        self._latest = np.zeros(0, "<i8")
+        self._latest = np.zeros(rows, "<i8")
 
-    def add(self, host_batch: dict[str, np.ndarray], source_tokens: np.ndarray | None = None) -> None:
+    def add(self, host_batch: dict[str, np.ndarray], source_tokens: np.ndarray | None = None, *, rows: bool) -> None:
+        """Counts a batch in; `rows`: also digest its rows, for a step whose batch digest is logged."""
         for name in sorted(host_batch):
             self._digest.update(name.encode())
             self._digest.update(np.ascontiguousarray(host_batch[name]).tobytes())
-        self._latest = row_digests(host_batch)
+        if rows:
+            self._latest = row_digests(host_batch)
         if source_tokens is not None:
             self._source_tokens += source_tokens
 
-    def reconcile(self, step: int) -> tuple[np.ndarray, str]:
-        """Checks every shard's processes fed the same batches; returns the global target tokens per
-        source since the run (re)started, and the digest of the latest global batch (`batch_digest`).
-        A collective: all processes call it at the same step."""
+    def report(self) -> np.ndarray:
+        """int64: shard group, first row, running digest, tokens per source, the latest batch's row digests."""
         words = np.frombuffer(self._digest.digest()[: 8 * _DIGEST_WORDS], dtype="<i8")
-        sources = len(self._source_tokens)
         first_row = self.group * len(self._latest) // self._positions  # rows are split evenly over positions
-        rows = gather_int64(np.concatenate(([self.group, first_row], words, self._source_tokens, self._latest)))
-        groups = [int(g) for g in rows[:, 0]]
-        check_shards_agree(groups, [row.tobytes() for row in rows[:, 2 : 2 + _DIGEST_WORDS]], step=step)
-        tokens = sum_over_groups(groups, rows[:, 2 + _DIGEST_WORDS : 2 + _DIGEST_WORDS + sources])
-        return tokens, batch_digest([int(f) for f in rows[:, 1]], rows[:, 2 + _DIGEST_WORDS + sources :])
+        return np.concatenate(([self.group, first_row], words, self._source_tokens, self._latest)).astype("<i8")
+
+
+def settle(reports: np.ndarray, num_sources: int, *, step: int) -> tuple[np.ndarray, str]:
+    """From every process's `report` (one row each, or one per device: copies agree): checks that
+    processes sharing a shard fed the same batches; returns the global target tokens per source since
+    the run (re)started, and the digest of the latest global batch (`batch_digest`)."""
+    groups = [int(g) for g in reports[:, 0]]
+    check_shards_agree(groups, [row.tobytes() for row in reports[:, 2 : 2 + _DIGEST_WORDS]], step=step)
+    tokens = sum_over_groups(groups, reports[:, 2 + _DIGEST_WORDS : 2 + _DIGEST_WORDS + num_sources])
+    return tokens, batch_digest([int(f) for f in reports[:, 1]], reports[:, 2 + _DIGEST_WORDS + num_sources :])

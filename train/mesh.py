@@ -111,3 +111,10 @@ def global_batch(host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> 
         for k, v in host_batch.items()
     }
 
+
+
+def one_row_per_device(row: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """A (devices, len(row)) array sharded one row per device, the rows of this process's devices
+    all `row`: what a step gathers back whole gives every process every other's row."""
+    sharding = NamedSharding(mesh, PartitionSpec((DATA, MODEL)))
+    return jax.make_array_from_callback((mesh.size, len(row)), sharding, lambda index: row[None])

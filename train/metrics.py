@@ -1,4 +1,5 @@
-"""Metrics as JSON lines in the workdir, and the loss curve drawn from them."""
+"""Metrics as JSON lines in the workdir, the loss curve drawn from them, and the progress shown
+while training: a bar on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pipeline.log_cadence import LogCadence
+from tqdm import tqdm
+
+from pipeline.log_cadence import LogCadence, format_count, format_duration
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"
@@ -74,23 +77,78 @@ def plot_losses(workdir: str) -> str:
     return path
 
 
+def progress_fields(row: dict, names: tuple[str, ...]) -> dict[str, str]:
+    """A logged step's row as short fields: loss, learning rate, tokens/s and a mixture's shares."""
+    fields = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tokens/s": format_count(row["tokens_per_s"])}
+    if len(names) > 1:
+        fields["mix"] = " ".join(f"{name} {row[f'source_share/{name}']:.2f}" for name in names)
+    return fields
+
+
+def progress_line(step: int, total: int, fields: dict[str, str]) -> str:
+    return f"step {step}/{total} | " + " | ".join(f"{name} {value}" for name, value in fields.items())
+
+
 class PlainProgress:
-    """Training progress off a terminal: one plain line every 30 seconds or every tenth of the steps,
-    whichever comes first, and at the last step (the cadence of prepare's progress), instead of a
-    bar's carriage-return updates that a log file would keep as one endless line."""
+    """Training progress off a terminal: a plain line for a logged step every 30 seconds or every
+    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and formats),
+    with its metrics, the time so far and the ETA; and a line for every evaluation. A bar's
+    carriage-return updates would reach a log file as one endless line."""
 
-    def __init__(self, *, start: int, total: int, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, *, start: int, total: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self._total = total
-        self._stream = stream
+        self._stream = stream or sys.stderr
         self._clock = clock
-        self._cadence = LogCadence(total, done=start, now=clock())
-        self._postfix: dict[str, str] = {}
+        self._began = clock()
+        self._first: tuple[int, float] | None = None  # the first logged step: the rate leaves out compiling
+        self._cadence = LogCadence(total, done=start, now=self._began)
 
-    def set_postfix(self, postfix: dict[str, str]) -> None:
-        self._postfix = postfix
+    def row(self, step: int, fields: dict[str, str]) -> None:
+        """A logged step's metrics, as `progress_fields` gives them."""
+        now = self._clock()
+        first, at = self._first = self._first or (step, now)
+        if self._cadence.due(step, now, final=step == self._total):
+            eta = format_duration((now - at) / (step - first) * (self._total - step)) if step > first else "?"
+            self._line(step, {**fields, "elapsed": format_duration(now - self._began), "ETA": eta})
 
-    def step(self, step: int) -> None:
-        if self._cadence.due(step, self._clock(), final=step == self._total):
-            fields = " | ".join(f"{name} {value}" for name, value in self._postfix.items())
-            self._stream.write(f"step {step}/{self._total}" + (f" | {fields}" if fields else "") + "\n")
-            self._stream.flush()
+    def eval(self, step: int, fields: dict[str, str]) -> None:
+        self._line(step, fields)
+
+    def _line(self, step: int, fields: dict[str, str]) -> None:
+        self._stream.write(progress_line(step, self._total, fields) + "\n")
+        self._stream.flush()
+
+
+class Display:
+    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
+
+    def __init__(self, *, start: int, total: int, names: tuple[str, ...], primary: bool):
+        terminal = sys.stderr.isatty()
+        self._names = names
+        self._bar = tqdm(initial=start, total=total, disable=not (primary and terminal), unit="step", dynamic_ncols=True)
+        self._plain = PlainProgress(start=start, total=total) if primary and not terminal else None
+
+    def note(self, text: str) -> None:
+        if self._plain or not self._bar.disable:
+            self._bar.write(f"train: {text}", file=sys.stderr)
+
+    def row(self, row: dict) -> None:
+        fields = progress_fields(row, self._names)
+        self._bar.set_postfix(fields, refresh=False)
+        if self._plain:
+            self._plain.row(row["step"], fields)
+
+    def evals(self, step: int, evals: dict[str, float]) -> None:
+        fields = {name: f"{value:.4f}" for name, value in evals.items()}
+        if self._plain:
+            self._plain.eval(step, fields)
+        elif not self._bar.disable:
+            self._bar.write(progress_line(step, self._bar.total, fields), file=sys.stderr)
+
+    def step(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()

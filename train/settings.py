@@ -24,7 +24,7 @@ _MODEL_FIELDS = ("width", "num_layers", "num_heads", "dropout", "fsdp", "vocab_s
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-def _default(name: str) -> Any:
+def default(name: str) -> Any:
     """A `TrainConfig` field's default, for a new run."""
     return _FIELDS[name].default
 
@@ -53,9 +53,9 @@ def _new_run(given: Mapping[str, Any], flags: Mapping[str, str]) -> TrainConfig:
         raise ValueError(f"{given['workdir']} holds no run to resume; {flags['data']} is required to start one")
     # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made for.
     vocab = {} if "vocab_size" in given else {"vocab_size": data_vocab_size(given["data"])}
-    model = preset(given.get("preset", _default("preset")), **{**vocab, **_model_overrides(given)})
-    steps = given.get("steps", _default("steps"))
-    derived = {"seq_len": model.max_seq_len, "warmup_steps": min(_default("warmup_steps"), steps // 10)}
+    model = preset(given.get("preset", default("preset")), **{**vocab, **_model_overrides(given)})
+    steps = given.get("steps", default("steps"))
+    derived = {"seq_len": model.max_seq_len, "warmup_steps": min(default("warmup_steps"), steps // 10)}
     fields = {k: v for k, v in given.items() if k in _FIELDS}
     return TrainConfig(model=model, **{**derived, **fields})
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
-import time
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tqdm import tqdm
 
+from model.attention import CUDNN, choose, platform
 from model.gpt import GPT
 from pipeline.load import (
     SOURCE_TOKENS,
@@ -25,11 +24,12 @@ from schemas.manifest import Manifest
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
 from train.host_batches import FedBatches
-from train.mesh import HostShards, global_batch, host_shards, make_mesh
-from train.metrics import MetricsLog, PlainProgress, peak_flops, plot_losses
+from train.mesh import HostShards, global_batch, host_shards, make_mesh, one_row_per_device
+from train.metrics import Display, MetricsLog, plot_losses
 from train.processes import agreed, check_same_everywhere
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
-from train.step import eval_step, learning_rate_schedule, make_optimizer, train_step
+from train.readings import Readings
+from train.step import Steps, make_optimizer
 
 
 def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
@@ -64,28 +64,31 @@ def host_data(
     )
 
 
-def eval_totals(model: GPT, data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh) -> tuple[float, float]:
+def eval_totals(
+    steps: Steps, arrays: list[jax.Array], data: grain.IterDataset, batches: int, mesh: jax.sharding.Mesh
+) -> tuple[jax.Array, jax.Array]:
     """Summed loss and real-token count over the first `batches` validation batches (the same
-    batches every time); their ratio is the token-weighted mean loss."""
+    batches every time), still on the device; their ratio is the token-weighted mean loss."""
     iterator = iter(data)
-    loss_sum, tokens = 0.0, 0.0
+    loss_sum, tokens = jnp.zeros(()), jnp.zeros(())
     for _ in range(batches):
         host_batch = next(iterator)
         host_batch.pop(SOURCE_TOKENS, None)
-        batch_sum, batch_tokens = eval_step(model, global_batch(host_batch, mesh))
-        loss_sum, tokens = loss_sum + float(batch_sum), tokens + float(batch_tokens)
+        batch_sum, batch_tokens = steps.eval(arrays, global_batch(host_batch, mesh))
+        loss_sum, tokens = loss_sum + batch_sum, tokens + batch_tokens
     return loss_sum, tokens
 
 
 def evaluate(
-    model: GPT, eval_sets: dict[str, grain.IterDataset], batches: int, mesh: jax.sharding.Mesh
+    steps: Steps, arrays: list[jax.Array], eval_sets: dict[str, grain.IterDataset], batches: int,
+    mesh: jax.sharding.Mesh,
 ) -> dict[str, float]:
     """`eval_loss` over every source's validation batches, token-weighted, and with several sources
-    `eval_loss/NAME` for each."""
-    totals = {name: eval_totals(model, data, batches, mesh) for name, data in eval_sets.items()}
-    row = {"eval_loss": sum(s for s, _ in totals.values()) / max(sum(n for _, n in totals.values()), 1.0)}
+    `eval_loss/NAME` for each; one read from the device at the end."""
+    totals = jax.device_get({name: eval_totals(steps, arrays, data, batches, mesh) for name, data in eval_sets.items()})
+    row = {"eval_loss": sum(float(s) for s, _ in totals.values()) / max(sum(float(n) for _, n in totals.values()), 1.0)}
     if len(totals) > 1:
-        row.update({f"eval_loss/{name}": s / max(n, 1.0) for name, (s, n) in totals.items()})
+        row.update({f"eval_loss/{name}": float(s) / max(float(n), 1.0) for name, (s, n) in totals.items()})
     return row
 
 
@@ -140,13 +143,29 @@ def _open(config: TrainConfig) -> _Opened:
     return _Opened(data_identity(config, manifests), tokenizer, mesh, shards, iterator, eval_sets)
 
 
-def _mixture_log(names: tuple[str, ...], tokens: np.ndarray) -> tuple[dict[str, float], str]:
-    """The realized mixture so far: metrics (`source_share/NAME`) and a short text for the progress bar."""
-    shares = tokens / max(int(tokens.sum()), 1)
-    return (
-        {f"source_share/{name}": float(share) for name, share in zip(names, shares)},
-        " ".join(f"{name} {share:.2f}" for name, share in zip(names, shares)),
-    )
+def host_reads():
+    """Where the loop reads values from the device (the rest of it runs under a guard refusing that)."""
+    return jax.transfer_guard_device_to_host("allow")
+
+
+def _attention_note(config: TrainConfig) -> str:
+    """Which attention kernel the step runs, and why: said once, so that a run that misses cuDNN
+    (float32 compute, an odd head size) says so."""
+    model = config.model
+    implementation, why = choose(platform(), dtype=model.compute_dtype, head_dim=model.width // model.num_heads,
+                                 seq_len=config.seq_len, segments=config.packing == "document")
+    return f"attention through {why}" if implementation == CUDNN else f"attention through XLA: {why}"
+
+
+def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
+    """What a run without validation data for some source should say once (nothing when
+    `--eval-batches 0` turned evaluation off)."""
+    missing = [name for name in config.source_names if name not in eval_sets]
+    if not config.eval_batches or not missing:
+        return None
+    if not eval_sets:
+        return "the data has no validation split (prepare --validation-fraction makes one): no evaluation"
+    return f"no validation split in {', '.join(missing)}: eval_loss covers {', '.join(eval_sets)} alone"
 
 
 def train(config: TrainConfig) -> dict:
@@ -162,79 +181,69 @@ def train(config: TrainConfig) -> dict:
     if primary:
         write_config(config)
         write_run_tokenizer(config.workdir, opened.tokenizer)
-    model, optimizer = build(config, mesh)
+    steps = Steps(*build(config, mesh))
+    arrays = steps.arrays
     checkpointer = Checkpointer(config.workdir, every=config.checkpoint_every, keep=config.keep_checkpoints)
     names = config.source_names
-    mixture = len(names) > 1
     start = checkpointer.latest_step() or 0
     tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
-        feed = checkpointer.restore(start, model, optimizer, iterator, data=opened.data)
+        state, feed = checkpointer.restore(start, steps.state(arrays), iterator, data=opened.data)
+        arrays = steps.flat(state)
         tokens_before = np.array([feed["source_tokens"][name] for name in names], np.int64)
-    fed = FedBatches(opened.shards, num_sources=len(names))
-    source_tokens = tokens_before
+    shards = opened.shards
+    fed = FedBatches(shards, num_sources=len(names), rows=config.batch_size // shards.count * len(shards.indices))
+    readings = Readings(config, tokens_before, start)
     log = MetricsLog(config.workdir, start) if primary else None
-    schedule = learning_rate_schedule(config)
+    display = Display(start=start, total=config.steps, names=names, primary=primary)
+    for note in (_attention_note(config), _no_validation_note(config, eval_sets)):
+        if note:
+            display.note(note)
     key = jax.random.key(config.seed)
-    tokens_per_step = config.batch_size * config.seq_len
-    peak = peak_flops(jax.devices()[0].device_kind)
-    flops_per_token = config.model.flops_per_token(config.seq_len)
-    last = {"step": start}
-    clock, clock_step = time.perf_counter(), start
-    terminal = sys.stderr.isatty()
-    plain = PlainProgress(start=start, total=config.steps) if primary and not terminal else None
-    with jax.set_mesh(mesh), tqdm(
-        initial=start, total=config.steps, disable=not (primary and terminal), unit="step", dynamic_ncols=True
-    ) as bar:
-        for step in range(start + 1, config.steps + 1):
-            host_batch = next(iterator)
-            batch_source_tokens = host_batch.pop(SOURCE_TOKENS, None)
-            fed.add(host_batch, batch_source_tokens)
-            logged = step % config.log_every == 0 or step == config.steps
-            saving = checkpointer.should_save(step) or step == config.steps
-            if step == start + 1 or logged or saving:
-                # Before the step computes on, or a checkpoint keeps, a batch the processes disagree on.
-                fed_tokens, digest = fed.reconcile(step)
-                source_tokens = tokens_before + fed_tokens
-            metrics = train_step(model, optimizer, global_batch(host_batch, mesh), jax.random.fold_in(key, step))
-            if logged:
-                loss = float(metrics["loss"])  # waits for the step: the timing below is real
-                now = time.perf_counter()
-                tokens_per_s = tokens_per_step * (step - clock_step) / (now - clock)
-                clock, clock_step = now, step
-                last = {
-                    "step": step,
-                    "loss": loss,
-                    "lr": float(schedule(step - 1)),
-                    "grad_norm": float(metrics["grad_norm"]),
-                    "tokens_per_s": tokens_per_s,
-                    "batch_sha256": digest,
-                }
-                if peak:
-                    last["mfu"] = flops_per_token * tokens_per_s / (peak * jax.device_count())
-                postfix = {"loss": f"{loss:.3f}", "tok_s": f"{tokens_per_s:,.0f}"}
-                if mixture:
-                    shares, postfix["mix"] = _mixture_log(names, source_tokens)
-                    last.update(shares)
-                if log:
-                    log.write(last)
-                bar.set_postfix(postfix)
-                if plain:
-                    plain.set_postfix(postfix)
-            if eval_sets and (step % config.eval_every == 0 or step == config.steps):
-                evals = evaluate(model, eval_sets, config.eval_batches, mesh)
-                last.update(evals)
-                if log:
-                    log.write({"step": step, **evals})
-                clock = time.perf_counter()  # evaluation time is not training throughput
-            feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, source_tokens)))}
-            checkpointer.save(step, model, optimizer, iterator, feed, force=step == config.steps)
-            bar.update(1)
-            if plain:
-                plain.step(step)
-    checkpointer.close()
-    iterator.close()
-    result = dict(last, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
+    last, evals, waited_noted = {"step": start}, {}, False
+    try:
+        # Nothing in the loop may wait for the device but the reads marked `host_reads`: a step that
+        # neither logs, checkpoints nor evaluates only feeds the device.
+        with jax.set_mesh(mesh), jax.transfer_guard_device_to_host("disallow_explicit"):
+            for step in range(start + 1, config.steps + 1):
+                logged = step % config.log_every == 0 or step == config.steps
+                saving = checkpointer.due(step, last=config.steps)
+                evaluating = bool(eval_sets) and (step % config.eval_every == 0 or step == config.steps)
+                host_batch = next(iterator)
+                fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
+                reports = one_row_per_device(fed.report().view("<u4"), mesh)
+                arrays, metrics = steps.train(arrays, global_batch(host_batch, mesh), key, np.int32(step), reports)
+                with host_reads():
+                    rows = readings.read(through=step - 1)  # now that this step is queued
+                    if logged or saving or step == start + 1:  # the first step checks the processes agree early
+                        readings.add(step, logged, metrics)
+                    if saving or evaluating:
+                        rows += readings.read(through=step)
+                    if evaluating:
+                        evals = evaluate(steps, arrays, eval_sets, config.eval_batches, mesh)
+                        readings.restart_clock(step)
+                    if saving:
+                        feed = {"data": opened.data, "source_tokens": dict(zip(names, map(int, readings.source_tokens)))}
+                        waited = checkpointer.save(step, steps.state(arrays), iterator, feed)
+                for last in rows:
+                    display.row(last)
+                    if log:
+                        log.write(last)
+                if evaluating:
+                    display.evals(step, evals)
+                    if log:
+                        log.write({"step": step, **evals})
+                if saving and waited > 1.0 and not waited_noted:
+                    display.note(f"the checkpoint of step {step} waited {waited:.1f} s for the one before it to be "
+                                 "written; checkpoints further apart would not")
+                    waited_noted = True
+                display.step()
+    finally:
+        checkpointer.close()  # a save in flight is written whole, whatever ended the loop
+        iterator.close()
+        display.close()
+    model = steps.nodes(arrays)["model"]
+    result = dict(last, **evals, checkpoint_dir=checkpointer.directory, params_sha256=params_digest(model),
                   process_index=jax.process_index())
     if log:
         log.close()

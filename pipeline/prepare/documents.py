@@ -1,10 +1,14 @@
 """What a work unit reads: documents, counted skips and rejects, as plain values.
 
-Readers yield runs of documents' texts (plain `str`s in lists: a unit holds tens of thousands of
-them, so they are handled in bulk) and record what they skip, so every input byte is either a
-document, a counted skip, or a recorded reject: nothing disappears silently. A document longer than
-the configured bound arrives as `DocumentPiece`s instead, each in a list of its own, in order, so
-that no worker ever holds one whole.
+Readers yield runs of documents (`DocumentRun`: plain `str`s in lists, since a unit holds tens of
+thousands of them and they are handled in bulk, each with where it starts in its input) and record
+what they skip, so every input byte is either a document, a counted skip, or a recorded reject:
+nothing disappears silently. A document longer than the configured bound arrives as
+`DocumentPiece`s instead, in order, so that no worker ever holds one whole.
+
+Where a document starts is a line (of a line format: the newlines between the unit's range start
+and the line, as `Reject.line` counts them) or a row (of a columnar format: absolute). The cleaning
+stage names removed documents by it, as `rejects.jsonl` names rejected lines.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ MISSING_TEXT = "missing_text_field"
 NON_STRING_TEXT = "non_string_text_field"
 LINE_TOO_LONG = "line_too_long"
 BAD_FILE = "unreadable_file"
+BINARY_FILE = "binary_file"
 INVALID_UTF8 = "invalid_utf8_documents"
 BLANK_LINES = "blank_jsonl_lines"
 CUT_DOCUMENTS = "cut_documents"
@@ -50,13 +55,26 @@ class Reject:
 
 @dataclasses.dataclass(frozen=True)
 class DocumentPiece:
-    """One piece of a document too long to hold whole; pieces come in order, `first` marks a start."""
+    """One piece of a document too long to hold whole; pieces come in order, `first` marks a start.
+    `location` and `id` are the whole document's."""
 
     text: str
     first: bool
+    location: int = 0
+    id: Any = None
 
 
-Document = str | DocumentPiece
+@dataclasses.dataclass
+class DocumentRun:
+    """Whole documents in input order and, when the reader was asked for them, where each starts
+    and the value of each one's id field (None where it has none)."""
+
+    texts: list[str]
+    locations: list[int] | None = None
+    ids: list[Any] | None = None  # None also where the format has no records (text)
+
+
+Read = DocumentRun | DocumentPiece
 
 
 class Tally:
@@ -118,31 +136,43 @@ def pieces_of(data: bytes, limit: int) -> Iterator[bytes]:
 RUN_LENGTH = 4096
 
 
-class DocumentRuns:
-    """Collects a reader's documents into the lists it yields: runs of whole documents, each piece
-    of a cut document alone (see `Source.read`)."""
+def is_long(text: str, limit: int) -> bool:
+    """Whether `text` is over `limit` bytes of UTF-8 (the first test is cheap: a character is at
+    most 4 bytes)."""
+    return len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit
 
-    def __init__(self, limit: int, tally: Tally):
+
+class DocumentRuns:
+    """Collects a reader's documents into what it yields: runs of whole documents, and the pieces
+    of a cut one (see `Source.read`)."""
+
+    def __init__(self, limit: int, tally: Tally, *, located: bool = False):
         self._limit = limit
         self._tally = tally
-        self._run: list[str] = []
+        self._located = located
+        self._run = self._empty()
 
-    def add(self, text: str) -> Iterator[list[Document]]:
-        """The lists ready once `text` is added: a run is handed on every `RUN_LENGTH` documents,
-        and before the pieces of a cut one."""
-        if len(text) <= self._limit // 4 or len(text.encode("utf-8", "surrogatepass")) <= self._limit:
-            self._run.append(text)  # (the first test is cheap: a UTF-8 character is at most 4 bytes)
-            if len(self._run) >= RUN_LENGTH:
+    def _empty(self) -> DocumentRun:
+        return DocumentRun([], [], []) if self._located else DocumentRun([])
+
+    def add(self, text: str, location: int, id: Any = None) -> Iterator[Read]:
+        """What is ready once `text` is added: a run is handed on every `RUN_LENGTH` documents, and
+        before the pieces of a cut one."""
+        if not is_long(text, self._limit):
+            self._run.texts.append(text)
+            if self._located:
+                self._run.locations.append(location)
+                self._run.ids.append(id)
+            if len(self._run.texts) >= RUN_LENGTH:
                 yield from self.flush()
             return
-        data = text.encode("utf-8", "surrogatepass")
         yield from self.flush()
         self._tally.count(CUT_DOCUMENTS)
-        for i, piece in enumerate(pieces_of(data, self._limit)):
+        for i, piece in enumerate(pieces_of(text.encode("utf-8", "surrogatepass"), self._limit)):
             self._tally.count(DOCUMENT_PIECES)
-            yield [DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0)]
+            yield DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0, location=location, id=id)
 
-    def flush(self) -> Iterator[list[Document]]:
-        if self._run:
+    def flush(self) -> Iterator[DocumentRun]:
+        if self._run.texts:
             yield self._run
-            self._run = []
+            self._run = self._empty()

@@ -15,7 +15,11 @@ import os
 
 from pipeline import storage
 from pipeline.manifest_io import shard_sizes
+from pipeline.prepare.cleaning.eval_sets import EvalSet
+from pipeline.prepare.cleaning.job import read_eval_matches
+from pipeline.prepare.cleaning.report import common_ngrams_report
 from pipeline.prepare.cleaning.removals import cleans, write_removals_file
+from pipeline.prepare.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
 from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
@@ -121,43 +125,98 @@ def build_manifest(
     )
 
 
+# What to check when every document is skipped for a reason.
+_HINTS = {
+    MISSING_TEXT: "check --text-field",
+    NON_STRING_TEXT: "check --text-field",
+    MALFORMED_JSON: "is the input JSON Lines?",
+    EMPTY: "the documents are blank",
+}
+
+
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" + (f": {_HINTS[reason]}" if reason in _HINTS else "") for reason, n in counts.items())
+
+
+def why_empty(plan: Plan, manifest: Manifest) -> str:
+    """Why a run has no training document, in a phrase: the inputs' emptiness, the skips, the
+    cleaning's removals, or the split."""
+    kept = sum(t.documents for t in manifest.totals.values())
+    if kept:
+        return (f"all {kept} documents went to the validation split (--validation-fraction "
+                f"{plan.config.validation_fraction}); lower it or add data")
+    causes = []
+    if manifest.skipped:
+        causes.append(f"skipped ({_listed(manifest.skipped)}; see {formats.REJECTS_NAME})")
+    if manifest.removed:
+        causes.append(f"removed by cleaning ({_listed(manifest.removed)}; see {formats.REMOVALS_NAME})")
+    if causes:
+        return "every document was " + " or ".join(causes)
+    if not plan.units:
+        return f"the {len(plan.inputs)} inputs are empty"
+    return "the inputs hold no document"
+
+
+def newlines_before(plan: Plan, results: dict[int, UnitResult]) -> dict[int, int]:
+    """Per unit, the newlines of its input before its range: what makes its line numbers absolute."""
+    before: dict[int, int] = {}
+    following: collections.Counter[int] = collections.Counter()
+    for unit in plan.units:
+        before[unit.index] = following[unit.input_index]
+        following[unit.input_index] += results[unit.index].newlines
+    return before
+
+
 def _reject_line(reject: dict, newlines_before: int) -> str:
     line, row = reject.pop("line"), reject.pop("row")
     reject["location"] = f"line {1 + newlines_before + line}" if line is not None else f"row {row}" if row is not None else ""
     return json.dumps(reject, sort_keys=True) + "\n"
 
 
-def _write_rejects(output_dir: str, plan: Plan, results: dict[int, UnitResult]) -> None:
+def _write_rejects(output_dir: str, plan: Plan, newlines: dict[int, int]) -> None:
     """Planning's rejects, then each unit's in unit order, written through one local file."""
     rejects_dir = storage.join(output_dir, formats.STATE_DIR, formats.UNIT_REJECTS_DIR)
     present = {os.path.basename(p) for p in storage.list_files(rejects_dir, ".jsonl")}
-    newlines_before: dict[int, int] = {}
     with storage.atomic_local_file(storage.join(output_dir, formats.REJECTS_NAME)) as scratch:
         with open(scratch, "w") as out:
             out.writelines(_reject_line(r.to_dict(), 0) for r in plan.bad_inputs)
             for unit in plan.units:
-                before = newlines_before.get(unit.input_index, 0)
-                newlines_before[unit.input_index] = before + results[unit.index].newlines
                 if unit_rejects_name(unit.index) in present:
                     text = storage.read_text(storage.join(rejects_dir, unit_rejects_name(unit.index)))
-                    out.writelines(_reject_line(json.loads(line), before) for line in text.splitlines())
+                    out.writelines(_reject_line(json.loads(line), newlines[unit.index]) for line in text.splitlines())
+
+
+def _cleaning_outputs(output_dir: str, plan: Plan, newlines: dict[int, int], evals: EvalSet | None) -> dict:
+    """removals.jsonl, and with eval files common_ngrams.jsonl; the manifest's fields of them."""
+    config = plan.config
+    removed, per_eval = write_removals_file(output_dir, list(plan.units), config.decontaminate, newlines)
+    if evals is None:
+        return {"removed": removed}
+    indices, counts = read_eval_matches(output_dir)
+    common = indices[counts > config.decontaminate_max_matches]
+    common_per_file = collections.Counter(evals.files[common].tolist())
+    common_ngrams_report(output_dir, config, evals, indices, counts)
+    eval_files = tuple(
+        EvalFileInfo(path=path, sha256=sha256, removed=n, examples=stats.examples, ngrams=stats.ngrams,
+                     common_ngrams=common_per_file[i])
+        for i, (path, sha256, n, stats) in enumerate(zip(config.decontaminate, plan.eval_digests, per_eval, evals.stats))
+    )
+    return {"removed": removed, "eval_files": eval_files}
 
 
 def write_outputs(
-    output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str], eval_digests: tuple[str, ...] = ()
+    output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str], evals: EvalSet | None = None
 ) -> Manifest:
     """Rejects, removals and run info first, the manifest last: its presence means the directory is
-    complete."""
+    complete. A run with no training data fails here, its rejects and removals written to say why."""
     results = finished_units(output_dir)
     manifest = build_manifest(plan, results, shard_sizes(output_dir), launcher_versions)
-    _write_rejects(output_dir, plan, results)
+    newlines = newlines_before(plan, results)
+    _write_rejects(output_dir, plan, newlines)
     if cleans(plan.config):
-        removed, per_eval = write_removals_file(output_dir, list(plan.units), plan.config.decontaminate)
-        eval_files = tuple(
-            EvalFileInfo(path=path, sha256=sha256, removed=n)
-            for path, sha256, n in zip(plan.config.decontaminate, eval_digests, per_eval)
-        )
-        manifest = dataclasses.replace(manifest, removed=removed, eval_files=eval_files)
+        manifest = dataclasses.replace(manifest, **_cleaning_outputs(output_dir, plan, newlines, evals))
+    if "train" not in manifest.totals:
+        raise FinalizeError(f"no training data: {why_empty(plan, manifest)}")
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())
     info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds}

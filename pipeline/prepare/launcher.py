@@ -20,9 +20,10 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
+from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
-from pipeline.prepare.cleaning import eval_sets
+from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.cleaning.job import build_cleaning, is_cleaned
 from pipeline.prepare.cleaning.removals import cleans
 from pipeline.prepare.failures import read_failures, remote_failures_dir
@@ -41,7 +42,7 @@ from pipeline.prepare.output_dir import (
     prepare_output_dir,
 )
 from pipeline.prepare.planning import Plan, make_plan
-from pipeline.prepare.progress import Progress, format_count, format_duration
+from pipeline.prepare.progress import Progress
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.units import UnitResult
 from pipeline.prepare.worker import RunContext
@@ -49,7 +50,7 @@ from pipeline.prepare.worker_environment import package_versions, staging_option
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
-from schemas.manifest import DEDUP_MODES, INPUT_FORMATS, Manifest, PrepareConfig
+from schemas.manifest import DEDUP_MODES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
 
 
 class PrepareError(RuntimeError):
@@ -79,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--eos-token", default=defaults.eos_token,
         help="special token after each document (default: the tokenizer's rule)")
     add("--text-field", default=defaults.text_field)
+    add("--id-field", default=defaults.id_field,
+        help="field or column naming each record, given with every removed document in removals.jsonl")
     add("--separator", default=defaults.separator, help="document separator line (text format)")
     add("--validation-fraction", type=float, default=defaults.validation_fraction)
     add("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
@@ -92,10 +95,17 @@ def _parser() -> argparse.ArgumentParser:
         help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
     add("--dedup", choices=DEDUP_MODES, default=defaults.dedup,
         help="remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first copy is kept")
+    add("--near-ngram", type=int, default=defaults.near_ngram, help="words per shingle for --dedup near")
+    add("--near-bands", type=int, default=defaults.near_bands, help="MinHash bands for --dedup near")
+    add("--near-rows", type=int, default=defaults.near_rows,
+        help="MinHash rows per band for --dedup near (similarity threshold about (1/bands)^(1/rows))")
     add("--decontaminate", type=_paths, default=defaults.decontaminate, metavar="PATH[,PATH...]",
-        help="eval files (text, JSONL, Parquet): remove documents sharing a word n-gram with any of their examples")
+        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a word n-gram with "
+        "any of their examples")
     add("--decontaminate-ngram", type=int, default=defaults.decontaminate_ngram,
         help="words per n-gram for --decontaminate")
+    add("--decontaminate-max-matches", type=int, default=defaults.decontaminate_max_matches,
+        help="an eval n-gram in more documents than this is common text and removes none (listed in common_ngrams.jsonl)")
     add("--skip-bad-files", action="store_true", help="record unreadable inputs as skipped")
     add("--overwrite", action="store_true", help="replace what an earlier prepare run wrote in --output")
     add("--verbose", action="store_true", help="tracebacks with errors")
@@ -157,9 +167,7 @@ def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed:
             )
 
 
-def _run_pending(
-    plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, eval_digests: tuple[str, ...]
-) -> dict:
+def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
     """Runs the units not done yet; returns what run_info.json records of it.
 
     A unit is done if its record is of this plan and every shard it names is in place; any other
@@ -201,7 +209,7 @@ def _run_pending(
             package_versions=package_versions(extras),
             extras=extras,
             failures_dir=scratch if local else remote_failures_dir(output_dir),
-            eval_digests=eval_digests,
+            eval_digests=plan.eval_digests,
         )
         if not local:
             storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
@@ -248,14 +256,10 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
     """Runs the cleaning job unless it is not asked for or already complete; returns its seconds.
     It fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
     found across all of them."""
-    try:
-        if not cleans(plan.config) or is_cleaned(context):
-            return 0.0
-    except ValueError as e:
-        raise PrepareError(str(e)) from None
+    if not cleans(plan.config) or is_cleaned(context):
+        return 0.0
     started = time.time()
-    print(f"prepare: cleaning {len(plan.units)} units (dedup {plan.config.dedup}, "
-          f"{len(plan.config.decontaminate)} eval files)", file=sys.stderr)
+    print(f"prepare: cleaning {len(plan.units)} units ({_cleaning_rules(plan.config)})", file=sys.stderr)
     units = list(plan.units)
     everything = {u.index for u in units}
 
@@ -274,6 +278,24 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
     return time.time() - started
 
 
+def _cleaning_rules(config: PrepareConfig) -> str:
+    rules = [f"dedup {config.dedup}"]
+    if config.dedup == "near":
+        rules[0] += (f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
+                     f"threshold about {near_threshold(config.near_bands, config.near_rows):.2f}")
+    if config.decontaminate:
+        rules.append(f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at most "
+                     f"{config.decontaminate_max_matches} documents")
+    return "; ".join(rules)
+
+
+def _eval_set(config: PrepareConfig) -> EvalSet | None:
+    """The eval files read as workers will read them: a file that cannot match is refused now."""
+    if not config.decontaminate:
+        return None
+    return EvalSet(tuple(config.decontaminate), config.decontaminate_ngram, config.separator)
+
+
 def run(argv: list[str] | None = None) -> Manifest:
     """Plan, run the unfinished units, write the manifest. Raises PrepareError on expected failures."""
     args, pipeline_args = parse_args(argv)
@@ -287,17 +309,17 @@ def run(argv: list[str] | None = None) -> Manifest:
         read_before = _bytes_read()
         plan = make_plan(args.input, config, pinned)
         planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
+        evals = _eval_set(config)
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
-        eval_digests = tuple(eval_sets.file_sha256(path) for path in config.decontaminate)
     except FileNotFoundError as e:
         raise PrepareError(f"{e.filename or e}: no such file; check --input and --decontaminate") from None
-    except (ValueError, SourceError, OutputError, OSError) as e:
+    except (ValueError, SourceError, OutputError, OSError, EvalSetError) as e:
         raise PrepareError(str(e)) from None
     if state == COMPLETE:
         print(f"{output_dir} is already complete for these inputs and config; nothing to do", file=sys.stderr)
         return Manifest.from_json(storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME)))
     try:
-        ran = _run_pending(plan, output_dir, pipeline_args, args.verbose, eval_digests)
+        ran = _run_pending(plan, output_dir, pipeline_args, args.verbose)
         run_info = {
             "started_unix": started,
             "finished_unix": time.time(),
@@ -307,7 +329,7 @@ def run(argv: list[str] | None = None) -> Manifest:
             "host": platform.node(),
             "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
-        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)), eval_digests)
+        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)), evals)
     except (FinalizeError, OSError) as e:
         raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)

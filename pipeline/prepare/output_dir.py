@@ -26,13 +26,13 @@ class OutputError(RuntimeError):
 
 def _differences(old: dict, new: dict) -> str:
     what = []
-    for section in ("config", "tokenizer", "inputs"):
+    for section in ("config", "tokenizer", "inputs", "eval_files"):
         if old.get(section) != new.get(section):
             if section == "config":
-                keys = sorted(k for k in new[section] if old[section].get(k) != new[section][k])
+                keys = sorted(k for k in new[section] if old.get(section, {}).get(k) != new[section][k])
                 what.append("config (" + ", ".join(keys) + ")")
             else:
-                what.append(section)
+                what.append(section.replace("_", " "))
     return ", ".join(what)
 
 
@@ -51,7 +51,7 @@ def written_by_earlier_run(output_dir: str) -> list[str] | None:
     plan = _read_json(_state_path(output_dir, formats.PLAN_NAME))
     if plan is None and not storage.exists(manifest_path):
         return None
-    names = [formats.MANIFEST_NAME, formats.RUN_INFO_NAME, formats.REJECTS_NAME]
+    names = list(formats.RUN_FILES)
     if storage.exists(manifest_path):
         try:
             # The schema keeps shard paths relative and inside the directory.

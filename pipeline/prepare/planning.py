@@ -15,7 +15,8 @@ import hashlib
 import json
 
 from pipeline import storage
-from pipeline.prepare.documents import BAD_FILE, Reject
+from pipeline.prepare.cleaning.eval_sets import file_sha256
+from pipeline.prepare.documents import Reject
 from pipeline.prepare.inputs import resolve_inputs
 from pipeline.prepare.sources import SOURCES, SourceError
 from pipeline.prepare.units import WorkUnit
@@ -43,13 +44,16 @@ class Plan:
     bad_inputs: tuple[Reject, ...]
     units: tuple[WorkUnit, ...]
     hub_revisions: dict[str, str]
+    eval_digests: tuple[str, ...] = ()  # the SHA-256 of each of config.decontaminate
 
     def identity(self) -> dict:
-        """What must match for two runs to be the same job."""
+        """What must match for two runs to be the same job: an eval file is compared by its content,
+        an input by its size and version."""
         return {
             "config": dataclasses.asdict(self.config),
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "inputs": [dataclasses.asdict(i) for i in self.inputs],
+            "eval_files": [{"path": p, "sha256": d} for p, d in zip(self.config.decontaminate, self.eval_digests)],
         }
 
     def fingerprint(self) -> str:
@@ -96,7 +100,7 @@ def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict
                 if not config.skip_bad_files:
                     pool.shutdown(cancel_futures=True)
                     raise
-                bad.append(Reject(BAD_FILE, path, str(e)))
+                bad.append(Reject(e.reason, path, str(e)))
                 continue
             units += [
                 WorkUnit(
@@ -120,4 +124,5 @@ def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict
         bad_inputs=tuple(bad),
         units=tuple(units),
         hub_revisions=resolved.hub_revisions,
+        eval_digests=tuple(file_sha256(path) for path in config.decontaminate),
     )

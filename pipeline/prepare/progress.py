@@ -12,19 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from pipeline.log_cadence import LogCadence
-
-
-def format_count(n: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return f"{n:.0f}"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+from pipeline.log_cadence import LogCadence, format_count, format_duration
 
 
 class Progress:

@@ -21,7 +21,7 @@ import numpy as np
 from pipeline import storage
 from pipeline.prepare.cleaning.removals import cleans, removed_numbers
 from pipeline.prepare.cleaning.unit_documents import kept_documents, numbered_documents
-from pipeline.prepare.documents import BAD_FILE, Document, DocumentPiece, Reject, Tally
+from pipeline.prepare.documents import DocumentPiece, Read, Reject, Tally
 from pipeline.prepare.shard_writer import ShardWriter
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
@@ -152,13 +152,13 @@ class _UnitWriter:
         self._batches = 0
         self._piece_split = "train"
 
-    def add(self, documents: list[Document]) -> None:
+    def add(self, read: Read) -> None:
         """A run of whole documents, or one piece of a cut document (see `Source.read`)."""
-        if documents and isinstance(documents[0], DocumentPiece):
-            self._add_piece(documents[0])
+        if isinstance(read, DocumentPiece):
+            self._add_piece(read)
             return
-        self._batch += documents
-        self._batch_bytes += sum(map(len, documents))
+        self._batch += read.texts
+        self._batch_bytes += sum(map(len, read.texts))
         if self._batch_bytes >= self._config.unit_bytes:
             self.flush()
 
@@ -211,8 +211,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     writer = _UnitWriter(context, unit, tokenizer)
     removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
     try:
-        for documents in kept_documents(numbered_documents(unit, config, tally, digest), removed):
-            writer.add(documents)
+        for read in kept_documents(numbered_documents(unit, config, tally, digest), removed):
+            writer.add(read)
         writer.flush()
         shards = writer.shards.close()
     except SourceError as e:
@@ -221,7 +221,7 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
             raise
         # The whole unit is skipped and recorded: no partial file is taken as complete.
         tally = Tally()
-        tally.reject(Reject(BAD_FILE, unit.path, f"unit {unit.index}: {e}"))
+        tally.reject(Reject(e.reason, unit.path, f"unit {unit.index}: {e}"))
         shards = ()
     except BaseException:
         writer.shards.abort()

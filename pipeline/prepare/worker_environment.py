@@ -49,9 +49,11 @@ _EXTRA_OUTPUT_PACKAGES = {"hf": ("datasets", "huggingface-hub")}
 # Beam's own dependencies come with the SDK container of the launcher's Beam version: pinning them
 # would reinstall them, and unsettle the container's other packages, on every worker.
 _PINNED_WITHOUT_DEPENDENCIES = ("apache-beam",)
-# Runners that run the workers in the launcher's processes, on its interpreter (Beam's names for
-# them, lowercased, without "runner"); Prism's default environment is such a loopback too.
-_LOCAL_RUNNERS = ("direct", "switchingdirect", "bundlebaseddirect", "fnapi", "prism")
+# Runners that ship nothing to their workers (Beam's class names for them, lowercased, without
+# "runner"): the local ones run the workers in the launcher's processes, on its interpreter (Prism's
+# default environment is such a loopback too); Dask's workers import the package installed on each
+# of its machines.
+_SHIP_NOTHING = ("direct", "switchingdirect", "bundlebaseddirect", "fnapi", "prism", "dask")
 
 
 def worker_requirements(extras: Sequence[str] = ()) -> list[str]:
@@ -153,7 +155,7 @@ def staging_options(pipeline_args: Sequence[str], workdir: str, extras: Sequence
     """
     options = PipelineOptions(list(pipeline_args))
     workers = options.view_as(WorkerOptions)
-    if _workers_are_local(options) or workers.sdk_container_image or workers.worker_harness_container_image:
+    if _ships_nothing(options) or workers.sdk_container_image or workers.worker_harness_container_image:
         return []
     setup = options.view_as(SetupOptions)
     added = []
@@ -169,12 +171,12 @@ def staging_options(pipeline_args: Sequence[str], workdir: str, extras: Sequence
     return added
 
 
-def _workers_are_local(options: PipelineOptions) -> bool:
+def _ships_nothing(options: PipelineOptions) -> bool:
     environment = options.view_as(PortableOptions).environment_type
     if environment is not None:
         return environment.upper() == "LOOPBACK"
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    return runner.lower().removesuffix("runner") in _LOCAL_RUNNERS
+    return runner.rsplit(".", 1)[-1].lower().removesuffix("runner") in _SHIP_NOTHING
 
 
 def _checkout_setup_file() -> str:

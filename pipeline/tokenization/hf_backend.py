@@ -5,6 +5,9 @@ off (`encode_special_tokens = True`), so special-token text inside a document (`
 `<|endoftext|>`) is plain text: a web page that holds it gains no boundary. The boundary ids come
 from the tokenizer's own convention (see `boundary_of`), added around each document here.
 
+A document longer than `long_text.PIECE_CHARS` is encoded in pieces whose ids join to its own (see
+`long_text`): the library holds about 130 bytes per character while it encodes.
+
 Prepare runs one worker process per core, so the library's own thread pool is turned off in this
 process (`TOKENIZERS_PARALLELISM=false`, read at each batch encode): a pool per worker would put
 cores times cores threads on the machine.
@@ -20,6 +23,7 @@ import numpy as np
 import tokenizers
 
 from pipeline.tokenization.boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
+from pipeline.tokenization.long_text import PIECE_CHARS, encode_in_pieces
 from schemas.manifest import TokenizerInfo
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -103,6 +107,9 @@ class HFTokenizer:
         except Exception as e:  # the library raises plain Exceptions
             raise TokenizerError(f"{path!r} is not a tokenizer.json the tokenizers library reads: {e}") from None
         self._tokenizer.encode_special_tokens = True
+        # A file saved with truncation or padding on would cut or pad every document.
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
         config_path = os.path.join(os.path.dirname(path), CONFIG_FILE)
         self._config_text = None
         if os.path.exists(config_path):
@@ -110,8 +117,9 @@ class HFTokenizer:
                 self._config_text = f.read()
         config = json.loads(self._config_text) if self._config_text else None
         bos, eos, source = boundary_of(definition, config)
+        specials = {t.content for t in self._tokenizer.get_added_tokens_decoder().values() if t.special}
         self.boundary: Boundary = resolve_boundary(
-            spec=path, token_id=self._tokenizer.token_to_id, bos=bos, eos=eos, source=source,
+            spec=path, token_id=self._tokenizer.token_to_id, specials=specials, bos=bos, eos=eos, source=source,
             bos_flag=bos_flag, eos_flag=eos_flag,
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
@@ -127,15 +135,26 @@ class HFTokenizer:
             boundary=self.boundary.describe(),
         )
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         try:
             encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         except TypeError:  # a lone surrogate somewhere in the batch
             encodings = self._tokenizer.encode_batch_fast(_without_surrogates(texts), add_special_tokens=False)
         return [e.ids for e in encodings]
 
+    def _encode_one(self, text: str) -> np.ndarray:
+        return np.array(self._encode_batch([text])[0], dtype=np.uint32)
+
+    def _encode(self, texts: list[str]) -> list[list[int] | np.ndarray]:
+        """Short documents in one call, each long one in pieces."""
+        short = [t for t in texts if len(t) <= PIECE_CHARS]
+        if len(short) == len(texts):
+            return self._encode_batch(texts)
+        ids = iter(self._encode_batch(short))
+        return [next(ids) if len(t) <= PIECE_CHARS else encode_in_pieces(t, self._encode_one) for t in texts]
+
     def encode_ordinary(self, text: str) -> list[int]:
-        return self._encode([text])[0]
+        return encode_in_pieces(text, self._encode_one).tolist()
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=False)
@@ -148,7 +167,7 @@ class HFTokenizer:
         return np.concatenate([flat for flat, _ in parts]), np.concatenate([lengths for _, lengths in parts])
 
     def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
-        return piece_ids(self.encode_ordinary(text), self.boundary, first=first)
+        return piece_ids(encode_in_pieces(text, self._encode_one), self.boundary, first=first)
 
     def save(self, directory: str) -> str:
         """Copies the definition (and its config) into `directory`; returns what loads it from there."""

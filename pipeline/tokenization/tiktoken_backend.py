@@ -215,7 +215,23 @@ def _boundary(
     encoding: tiktoken.Encoding, spec: str, bos: str | None, eos: str | None, source: str,
     bos_flag: str | None, eos_flag: str | None,
 ) -> Boundary:
-    specials = encoding._special_tokens
-    return resolve_boundary(
-        spec=spec, token_id=specials.get, bos=bos, eos=eos, source=source, bos_flag=bos_flag, eos_flag=eos_flag
+    def lookup(token: str) -> int | None:
+        if token in encoding._special_tokens:
+            return encoding._special_tokens[token]
+        try:
+            return encoding.encode_single_token(token)
+        except KeyError:
+            return None
+
+    boundary = resolve_boundary(
+        spec=spec, token_id=lookup, specials=encoding.special_tokens_set, bos=bos, eos=eos, source=source,
+        bos_flag=bos_flag, eos_flag=eos_flag,
     )
+    ordinary = set(encoding._mergeable_ranks.values())
+    for token, token_id in ((boundary.eos_token, boundary.eos_id), (boundary.bos_token, boundary.bos_id)):
+        if token_id in ordinary:
+            raise TokenizerError(
+                f"tokenizer {spec!r}: the special token {token!r} has id {token_id}, which is also an ordinary "
+                "token's rank, so document text would encode to it; give it an id of its own"
+            )
+    return boundary

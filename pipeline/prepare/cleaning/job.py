@@ -1,8 +1,15 @@
 """The cleaning stage: a Beam job run before the tokenizing one when `--dedup` or `--decontaminate`
 is asked for.
 
-    units -> Fingerprint (per unit, kept in the state directory) -> GroupByKey on key buckets
-          -> FindDuplicates -> GroupByKey on units -> WriteRemovalLists -> Count -> MarkCleaned
+    units -> Fingerprint (per unit, kept in the state directory)
+          -> CountEvalMatches (in how many documents each eval n-gram is) -> CommonNgrams
+          -> KeyDocuments (per unit: the contaminated documents, and the others' keys by bucket)
+          -> GroupKeyBuckets -> FindDuplicates -> GroupByUnit -> WriteRemovalLists -> MarkCleaned
+
+Contamination is decided only once every document's eval n-grams are counted: an n-gram found in
+more than `decontaminate_max_matches` documents is common text (a licence, a page footer), not a
+leak, and removes nothing. Contaminated documents take no part in deduplication, so a keeper is
+never a document removed anyway.
 
 Fingerprints travel as arrays, one element per unit and key bucket, not one per document: a
 shuffle's cost per element is paid a few times per unit, and a bucket holds about
@@ -14,7 +21,7 @@ not start, and a rerun runs this job again, reading the fingerprints already wri
 from __future__ import annotations
 
 import collections
-import json
+import io
 import math
 
 import apache_beam as beam
@@ -23,13 +30,16 @@ from apache_beam.metrics import Metrics
 
 from pipeline import storage
 from pipeline.prepare import beam_job
+from pipeline.prepare.cleaning.eval_sets import eval_set
 from pipeline.prepare.cleaning.removals import (
     EXACT,
     NEAR,
     cleaned_path,
+    contaminated_entry,
+    duplicate_entry,
     duplicates,
     merge,
-    place,
+    places,
     write_removal_list,
 )
 from pipeline.prepare.cleaning.unit_fingerprints import UnitFingerprints, fingerprint_unit, fingerprints_path
@@ -37,47 +47,55 @@ from pipeline.prepare.failures import any_failure, record_failure
 from pipeline.prepare.retries import with_retries
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.worker import RunContext, check_unchanged
+from schemas import formats
 
 UNITS_PER_BUCKET = 16
-_UNITS = "units"
+EVAL_MATCHES_NAME = "eval_matches.npz"
+_UNITS, _MATCHES = "units", "matches"
 
 
 def fingerprints_key(context: RunContext) -> str:
-    """What a unit's fingerprints depend on beyond the plan (which guards the whole directory)."""
-    return json.dumps({"plan": context.plan, "eval": list(context.eval_digests)})
+    """What a unit's fingerprints depend on: the plan (config, inputs, eval files' contents)."""
+    return context.plan
+
+
+def eval_matches_path(output_dir: str) -> str:
+    return storage.join(output_dir, formats.STATE_DIR, EVAL_MATCHES_NAME)
+
+
+def _read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None:
+    path = fingerprints_path(context.output_dir, unit)
+    if not storage.exists(path):
+        return None
+    with storage.open_raw(path) as f:
+        return UnitFingerprints.from_bytes(f.read(), fingerprints_key(context))
 
 
 def unit_fingerprints(unit: WorkUnit, context: RunContext) -> UnitFingerprints:
     """The unit's fingerprints, from an earlier run's file when there is one."""
-    path, key = fingerprints_path(context.output_dir, unit.index), fingerprints_key(context)
-    if storage.exists(path):
-        with storage.open_raw(path) as f:
-            found = UnitFingerprints.from_bytes(f.read(), key)
-        if found is not None:
-            return found
+    found = _read_fingerprints(unit.index, context)
+    if found is not None:
+        return found
     check_unchanged(unit)
-    fingerprints = fingerprint_unit(unit, context.config, context.eval_digests)
-    storage.write_bytes_atomic(path, fingerprints.to_bytes(key))
+    config = context.config
+    evals = (
+        eval_set(tuple(config.decontaminate), config.decontaminate_ngram, config.separator, context.eval_digests)
+        if config.decontaminate
+        else None
+    )
+    fingerprints = fingerprint_unit(unit, config, evals)
+    storage.write_bytes_atomic(fingerprints_path(context.output_dir, unit.index), fingerprints.to_bytes(fingerprints_key(context)))
     return fingerprints
 
 
-def _keyed_by_bucket(kind: str, places: np.ndarray, keys: np.ndarray, buckets: int):
-    """`((kind, bucket), (places, keys))` per bucket that gets keys; keys are rows of uint64s."""
-    bucket_of = (keys[:, 0] % np.uint64(buckets)).astype(np.int64)
-    order = np.argsort(bucket_of, kind="stable")
-    bounds = np.flatnonzero(np.diff(bucket_of[order])) + 1
-    for chunk in np.split(order, bounds) if len(order) else []:
-        yield (kind, int(bucket_of[chunk[0]])), (places[chunk], keys[chunk])
-
-
 class FingerprintUnitFn(beam.DoFn):
-    def __init__(self, context: RunContext, buckets: int):
+    def __init__(self, context: RunContext):
         self._context = context
-        self._buckets = buckets
         self._documents = Metrics.counter("clean", "documents")
 
     def process(self, unit: WorkUnit) -> list:
-        """The unit's keys by bucket, and its entry for the join by unit; nothing once a unit failed."""
+        """The unit once its fingerprints are written, and the eval n-grams its documents hold;
+        nothing once a unit failed."""
         failures_dir = self._context.failures_dir
         if any_failure(failures_dir):
             return []  # the run is failing: leave the rest to a rerun
@@ -86,26 +104,109 @@ class FingerprintUnitFn(beam.DoFn):
         except Exception as e:
             record_failure(failures_dir, beam_job.failure_of(unit, e))
             return []
-        return list(self._elements(unit, found))
-
-    def _elements(self, unit: WorkUnit, found: UnitFingerprints):
         self._documents.inc(found.documents)
-        contaminated = dict(zip(found.contaminated_numbers.tolist(), found.contaminated_files.tolist()))
-        yield beam.pvalue.TaggedOutput(_UNITS, (unit.index, ("unit", found.documents, contaminated)))
-        exact_places = np.array([place(unit.index, n) for n in found.exact_numbers.tolist()], dtype=np.int64)
-        yield from _keyed_by_bucket(EXACT, exact_places, found.exact_keys, self._buckets)
-        if len(found.near_numbers):
-            # One row per band: its key, the band's index being part of it already.
-            near_places = np.repeat([place(unit.index, n) for n in found.near_numbers.tolist()], found.near_keys.shape[1])
-            yield from _keyed_by_bucket(NEAR, near_places.astype(np.int64), found.near_keys.reshape(-1, 1), self._buckets)
+        return [unit, beam.pvalue.TaggedOutput(_MATCHES, found.eval_counts())]
+
+
+def _add_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """`(indices, counts)` parts summed per index."""
+    indices = np.concatenate([i for i, _ in parts] or [np.zeros(0, dtype=np.int64)])
+    counts = np.concatenate([c for _, c in parts] or [np.zeros(0, dtype=np.int64)])
+    unique, inverse = np.unique(indices, return_inverse=True)
+    return unique.astype(np.int64), np.bincount(inverse, weights=counts, minlength=len(unique)).astype(np.int64)
+
+
+class EvalMatchCounts(beam.CombineFn):
+    """In how many documents each eval n-gram is: `(indices, counts)`, summed over the units."""
+
+    def create_accumulator(self) -> tuple[np.ndarray, np.ndarray]:
+        return _add_counts([])
+
+    def add_input(self, total, counts):
+        return _add_counts([total, counts])
+
+    def merge_accumulators(self, totals):
+        return _add_counts(list(totals))
+
+    def extract_output(self, total):
+        return total
+
+
+def common_ngrams(total: tuple[np.ndarray, np.ndarray], context: RunContext) -> np.ndarray:
+    """The eval n-grams found in more documents than `decontaminate_max_matches` (sorted indices);
+    every matched n-gram's count is kept for the run's report."""
+    indices, counts = total
+    if context.config.decontaminate and not any_failure(context.failures_dir):
+        out = io.BytesIO()
+        np.savez(out, indices=indices, counts=counts)
+        storage.write_bytes_atomic(eval_matches_path(context.output_dir), out.getvalue())
+    return indices[counts > context.config.decontaminate_max_matches]
+
+
+def read_eval_matches(output_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """What `common_ngrams` kept: each matched eval n-gram's index and its count of documents."""
+    with storage.open_raw(eval_matches_path(output_dir)) as f, np.load(io.BytesIO(f.read())) as arrays:
+        return arrays["indices"], arrays["counts"]
+
+
+def contaminated(found: UnitFingerprints, common: np.ndarray) -> dict[int, int]:
+    """Per contaminated document number, the first eval file holding one of its n-grams that is not
+    common text."""
+    out = {}
+    for i, number in enumerate(found.eval_numbers.tolist()):
+        hits, files = found.hits_of(i)
+        leaks = ~np.isin(hits, common, assume_unique=True)
+        if leaks.any():
+            out[number] = int(files[leaks].min())
+    return out
+
+
+def _keyed_by_bucket(kind: str, places: np.ndarray, locations: np.ndarray, keys: np.ndarray, buckets: int):
+    """`((kind, bucket), (places, locations, keys))` per bucket that gets keys; keys are rows of uint64s."""
+    bucket_of = (keys[:, 0] % np.uint64(buckets)).astype(np.int64)
+    order = np.argsort(bucket_of, kind="stable")
+    bounds = np.flatnonzero(np.diff(bucket_of[order])) + 1
+    for chunk in np.split(order, bounds) if len(order) else []:
+        yield (kind, int(bucket_of[chunk[0]])), (places[chunk], locations[chunk], keys[chunk])
+
+
+class KeyDocumentsFn(beam.DoFn):
+    def __init__(self, context: RunContext, buckets: int):
+        self._context = context
+        self._buckets = buckets
+
+    def process(self, unit: WorkUnit, common: np.ndarray) -> list:
+        """The unit's entry for the join by unit (its contaminated documents), and the other
+        documents' keys by bucket."""
+        failures_dir = self._context.failures_dir
+        if any_failure(failures_dir):
+            return []  # the counts may miss a failed unit's documents
+        try:
+            found = with_retries(lambda: _read_fingerprints(unit.index, self._context))
+        except Exception as e:
+            record_failure(failures_dir, beam_job.failure_of(unit, e))
+            return []
+        return list(self._elements(unit, found, common))
+
+    def _elements(self, unit: WorkUnit, found: UnitFingerprints, common: np.ndarray):
+        removed = contaminated(found, common)
+        yield beam.pvalue.TaggedOutput(_UNITS, (unit.index, ("unit", found.documents, removed)))
+        for kind, numbers, keys in ((EXACT, found.exact_numbers, found.exact_keys), (NEAR, found.near_numbers, found.near_keys)):
+            kept = ~np.isin(numbers, list(removed))
+            numbers, keys = numbers[kept], keys[kept]
+            if not len(numbers):
+                continue
+            if kind == NEAR:  # one row per band: its key, the band's index being part of it already
+                numbers, keys = np.repeat(numbers, keys.shape[1]), keys.reshape(-1, 1)
+            yield from _keyed_by_bucket(kind, places(unit.index, numbers), found.locations[numbers], keys, self._buckets)
 
 
 def find_duplicates(keyed):
     """Per unit, the documents of one bucket that an earlier document's key matches."""
     (kind, _), parts = keyed
     per_unit = collections.defaultdict(list)
-    for unit, number, reason, keeper in duplicates(kind, parts):
-        per_unit[unit].append((number, reason, keeper))
+    for unit, number, reason, keeper, location in duplicates(kind, parts):
+        per_unit[unit].append((number, reason, keeper, location))
     for unit, found in per_unit.items():
         yield unit, ("duplicates", found)
 
@@ -119,15 +220,17 @@ class WriteRemovalListFn(beam.DoFn):
         unit, items = keyed
         if any_failure(self._context.failures_dir):
             return []  # the lists would miss a failed unit's documents
-        documents, contaminated, candidates = 0, {}, []
+        documents, removed, candidates = 0, {}, []
         for item in items:
             if item[0] == "unit":
-                _, documents, contaminated = item
+                _, documents, removed = item
             else:
                 candidates += item[1]
-        found = merge(candidates)
-        write_removal_list(self._context.output_dir, unit, documents, found, contaminated)
-        self._removed.inc(len(found) + len(contaminated))
+        entries = [duplicate_entry(n, *found) for n, found in merge(candidates).items()]
+        entries += [contaminated_entry(n, file) for n, file in removed.items()]
+        found = with_retries(lambda: _read_fingerprints(unit, self._context))
+        write_removal_list(self._context.output_dir, unit, documents, entries, found.locations, found.ids)
+        self._removed.inc(len(entries))
         return [unit]
 
 
@@ -138,16 +241,24 @@ def _mark_cleaned(count: int, context: RunContext, total: int) -> None:
 
 def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:
     buckets = max(1, math.ceil(context.num_units / UNITS_PER_BUCKET))
-    fingerprints = beam_job.spread_units(pipeline, units) | "Fingerprint" >> beam.ParDo(
-        FingerprintUnitFn(context, buckets)
+    fingerprinted = beam_job.spread_units(pipeline, units) | "Fingerprint" >> beam.ParDo(
+        FingerprintUnitFn(context)
+    ).with_outputs(_MATCHES, main="units")
+    common = (
+        fingerprinted[_MATCHES]
+        | "CountEvalMatches" >> beam.CombineGlobally(EvalMatchCounts())
+        | "CommonNgrams" >> beam.Map(common_ngrams, context)
+    )
+    keyed = fingerprinted.units | "KeyDocuments" >> beam.ParDo(
+        KeyDocumentsFn(context, buckets), beam.pvalue.AsSingleton(common)
     ).with_outputs(_UNITS, main="keys")
     found = (
-        fingerprints.keys
+        keyed.keys
         | "GroupKeyBuckets" >> beam.GroupByKey()
         | "FindDuplicates" >> beam.FlatMap(find_duplicates)
     )
     (
-        (fingerprints[_UNITS], found)
+        (keyed[_UNITS], found)
         | "Join" >> beam.Flatten()
         | "GroupByUnit" >> beam.GroupByKey()
         | "WriteRemovalLists" >> beam.ParDo(WriteRemovalListFn(context))
@@ -157,14 +268,7 @@ def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunC
 
 
 def is_cleaned(context: RunContext) -> bool:
-    """Whether this run's cleaning stage is complete. Raises ValueError when an earlier run here
-    completed it against other eval files: units it tokenized followed that stage's lists."""
+    """Whether this run's cleaning stage is complete (for this plan: the output directory refuses
+    any other)."""
     path = cleaned_path(context.output_dir)
-    if not storage.exists(path):
-        return False
-    if storage.read_text(path) != fingerprints_key(context):
-        raise ValueError(
-            f"the eval files changed since this unfinished run in {context.output_dir} decontaminated against "
-            "them; pass --overwrite to prepare again"
-        )
-    return True
+    return storage.exists(path) and storage.read_text(path) == fingerprints_key(context)

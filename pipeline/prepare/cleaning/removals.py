@@ -7,6 +7,11 @@ other one is removed as a duplicate of it. A document colliding with several ear
 exact key or in several bands, names the earliest; on a tie the exact match is named. So a document
 is removed exactly when it matches an earlier document, whoever else it matches: the result does
 not depend on the runner, the worker count or the order in which a shuffle delivers keys.
+
+A removal list names each removed document by its number in its unit, with its reason, where it is
+in its input (`location`, see `documents`), its id field's value when it has one, and what the
+reason adds: the keeper of a duplicate (its unit and location), the eval file of a contaminated
+document. Any other stage that removes documents adds its own reason and details the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import collections
 import json
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +33,7 @@ CLEANED_NAME = "cleaned.json"
 EXACT, NEAR, CONTAMINATED = "exact_duplicate", "near_duplicate", "contaminated"
 _PRIORITY = {EXACT: 0, NEAR: 1}
 _UNIT_SHIFT = 32  # a document's place in input order: unit << 32 | number
+_ROW_FORMATS = ("parquet", "arrow")
 
 
 def cleans(config: PrepareConfig) -> bool:
@@ -38,29 +45,44 @@ def place(unit: int, number: int) -> int:
     return (unit << _UNIT_SHIFT) | number
 
 
-def duplicates(reason: str, parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[tuple[int, int, str, int]]:
-    """`(unit, number, reason, keeper place)` of every document whose key an earlier document has,
-    from `(places, keys)` parts, keys being rows of uint64 columns."""
+def places(unit: int, numbers: np.ndarray) -> np.ndarray:
+    """`place` of each of a unit's document numbers."""
+    return (np.int64(unit) << np.int64(_UNIT_SHIFT)) | numbers.astype(np.int64)
+
+
+def unit_of(place: int) -> int:
+    return place >> _UNIT_SHIFT
+
+
+def duplicates(
+    reason: str, parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> Iterator[tuple[int, int, str, int, int]]:
+    """`(unit, number, reason, keeper place, keeper location)` of every document whose key an
+    earlier document has, from `(places, locations, keys)` parts, keys being rows of uint64 columns."""
     parts = list(parts)
-    places = np.concatenate([p for p, _ in parts])
-    keys = np.concatenate([k for _, k in parts])
+    places = np.concatenate([p for p, _, _ in parts])
+    locations = np.concatenate([loc for _, loc, _ in parts])
+    keys = np.concatenate([k for _, _, k in parts])
     order = np.lexsort((places, *keys.T[::-1]))
-    places, keys = places[order], keys[order]
+    places, locations, keys = places[order], locations[order], keys[order]
     same = np.all(keys[1:] == keys[:-1], axis=1)
     # Each run of equal keys starts with its keeper: the smallest place, as sorted.
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    keeper = places[starts][np.cumsum(np.concatenate(([True], ~same))) - 1]
-    removed = np.flatnonzero(np.concatenate(([False], same)))
-    for at in removed.tolist():
-        yield int(places[at]) >> _UNIT_SHIFT, int(places[at]) & ((1 << _UNIT_SHIFT) - 1), reason, int(keeper[at])
+    run = np.cumsum(np.concatenate(([True], ~same))) - 1
+    keeper, keeper_location = places[starts][run], locations[starts][run]
+    mask = (1 << _UNIT_SHIFT) - 1
+    for at in np.flatnonzero(np.concatenate(([False], same))).tolist():
+        found = int(places[at])
+        yield found >> _UNIT_SHIFT, found & mask, reason, int(keeper[at]), int(keeper_location[at])
 
 
-def merge(candidates: Iterable[tuple[int, str, int]]) -> dict[int, tuple[str, int]]:
-    """Per removed number, the earliest keeper it matches (the exact match on a tie)."""
-    best: dict[int, tuple[str, int]] = {}
-    for number, reason, keeper in candidates:
+def merge(candidates: Iterable[tuple[int, str, int, int]]) -> dict[int, tuple[str, int, int]]:
+    """Per removed number, the earliest keeper it matches (the exact match on a tie), from
+    `(number, reason, keeper place, keeper location)`."""
+    best: dict[int, tuple[str, int, int]] = {}
+    for number, reason, keeper, location in candidates:
         if number not in best or (keeper, _PRIORITY[reason]) < (best[number][1], _PRIORITY[best[number][0]]):
-            best[number] = (reason, keeper)
+            best[number] = (reason, keeper, location)
     return best
 
 
@@ -72,13 +94,26 @@ def cleaned_path(output_dir: str) -> str:
     return storage.join(output_dir, formats.STATE_DIR, CLEANED_NAME)
 
 
+def duplicate_entry(number: int, reason: str, keeper: int, keeper_location: int) -> dict[str, Any]:
+    return {"number": number, "reason": reason, "keeper": [unit_of(keeper), keeper_location]}
+
+
+def contaminated_entry(number: int, eval_file: int) -> dict[str, Any]:
+    return {"number": number, "reason": CONTAMINATED, "eval_file": eval_file}
+
+
 def write_removal_list(
-    output_dir: str, unit: int, documents: int, duplicates_found: dict[int, tuple[str, int]], contaminated: dict[int, int]
+    output_dir: str, unit: int, documents: int, entries: list[dict[str, Any]], locations: np.ndarray, ids: list | None
 ) -> None:
-    """One JSON object per unit, its entries by number: [number, reason, keeper place or eval file]."""
-    entries = [[n, reason, keeper] for n, (reason, keeper) in duplicates_found.items()]
-    entries += [[n, CONTAMINATED, file] for n, file in contaminated.items()]
-    record = {"unit": unit, "documents": documents, "removed": sorted(entries)}
+    """One JSON object per unit: its removed documents by number, each entry completed with the
+    document's location and id."""
+    removed = []
+    for entry in sorted(entries, key=lambda e: e["number"]):
+        where = {"location": int(locations[entry["number"]])}
+        if ids is not None and ids[entry["number"]] is not None:
+            where["id"] = ids[entry["number"]]
+        removed.append({**entry, **where})
+    record = {"unit": unit, "documents": documents, "removed": removed}
     storage.write_bytes_atomic(removal_list_path(output_dir, unit), json.dumps(record).encode())
 
 
@@ -88,32 +123,39 @@ def read_removal_list(output_dir: str, unit: int) -> dict:
 
 def removed_numbers(output_dir: str, unit: int) -> frozenset[int]:
     """What the tokenizing pass skips in this unit."""
-    return frozenset(entry[0] for entry in read_removal_list(output_dir, unit)["removed"])
+    return frozenset(entry["number"] for entry in read_removal_list(output_dir, unit)["removed"])
 
 
-def write_removals_file(output_dir: str, units: list[WorkUnit], eval_paths: list[str]) -> tuple[dict[str, int], list[int]]:
-    """`removals.jsonl` from the units' lists, in input order, each document named by its input
-    and its ordinal there (counting from 0); returns the counts per reason and per eval file."""
-    lists = {u.index: read_removal_list(output_dir, u.index) for u in units}
-    paths = {u.index: u.path for u in units}
-    first_ordinal: dict[int, int] = {}
-    following: collections.Counter[int] = collections.Counter()
-    for u in units:
-        first_ordinal[u.index] = following[u.input_index]
-        following[u.input_index] += lists[u.index]["documents"]
+def located(unit: WorkUnit, location: int, newlines_before: int) -> dict[str, int]:
+    """Where a document is, as `rejects.jsonl` says it: a row, or a line from 1."""
+    if unit.format in _ROW_FORMATS:
+        return {"row": location}
+    return {"line": 1 + newlines_before + location}
+
+
+def write_removals_file(
+    output_dir: str, units: list[WorkUnit], eval_paths: list[str], newlines_before: dict[int, int]
+) -> tuple[dict[str, int], list[int]]:
+    """`removals.jsonl` from the units' lists, in input order, each document named by its input and
+    its line or row there (and its id field's value where it has one); returns the counts per reason
+    and per eval file. `newlines_before` holds each unit's newlines before its range in its input."""
+    by_index = {u.index: u for u in units}
     reasons: collections.Counter[str] = collections.Counter()
     per_eval = [0] * len(eval_paths)
     with storage.atomic_local_file(storage.join(output_dir, formats.REMOVALS_NAME)) as scratch:
         with open(scratch, "w") as out:
             for u in units:
-                for number, reason, other in lists[u.index]["removed"]:
-                    line = {"reason": reason, "path": u.path, "document": first_ordinal[u.index] + number}
-                    if reason == CONTAMINATED:
-                        line["eval_file"] = eval_paths[other]
-                        per_eval[other] += 1
-                    else:
-                        keeper_unit, keeper_number = other >> _UNIT_SHIFT, other & ((1 << _UNIT_SHIFT) - 1)
-                        line["duplicate_of"] = {"path": paths[keeper_unit], "document": first_ordinal[keeper_unit] + keeper_number}
-                    reasons[reason] += 1
+                for entry in read_removal_list(output_dir, u.index)["removed"]:
+                    line = {"reason": entry["reason"], "path": u.path, **located(u, entry["location"], newlines_before[u.index])}
+                    if "id" in entry:
+                        line["id"] = entry["id"]
+                    if "keeper" in entry:
+                        keeper_unit, keeper_location = entry["keeper"]
+                        keeper = by_index[keeper_unit]
+                        line["duplicate_of"] = {"path": keeper.path, **located(keeper, keeper_location, newlines_before[keeper_unit])}
+                    if "eval_file" in entry:
+                        line["eval_file"] = eval_paths[entry["eval_file"]]
+                        per_eval[entry["eval_file"]] += 1
+                    reasons[entry["reason"]] += 1
                     out.write(json.dumps(line, sort_keys=True) + "\n")
     return dict(sorted(reasons.items())), per_eval

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pipeline.prepare.documents import Document, DocumentPiece, Tally
+from pipeline.prepare.documents import DocumentPiece, DocumentRun, Read, Tally
 from pipeline.prepare.sources import SOURCES
 from pipeline.prepare.sources.base import ContentDigest
 from pipeline.prepare.units import WorkUnit
@@ -17,32 +17,31 @@ from schemas.manifest import PrepareConfig
 
 
 def numbered_documents(
-    unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-) -> Iterator[tuple[int, list[Document]]]:
-    """`(number of the first document, documents)` for each list the unit's source yields (see
-    `Source.read`): a run of whole documents numbered on from the first, or one piece."""
+    unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+) -> Iterator[tuple[int, Read]]:
+    """`(number of the first document, what was read)` for each run of whole documents or piece of
+    a cut one the unit's source yields (see `Source.read`)."""
     following = 0
-    for documents in SOURCES[unit.format].read(unit, config, tally, digest):
-        if not documents:
-            continue
-        if isinstance(documents[0], DocumentPiece):
-            if documents[0].first:
+    for read in SOURCES[unit.format].read(unit, config, tally, digest, located=located):
+        if isinstance(read, DocumentPiece):
+            if read.first:
                 following += 1
-            yield following - 1, documents
+            yield following - 1, read
         else:
-            yield following, documents
-            following += len(documents)
+            yield following, read
+            following += len(read.texts)
 
 
-def kept_documents(numbered: Iterable[tuple[int, list[Document]]], removed: frozenset[int]) -> Iterator[list[Document]]:
-    """The lists of `numbered` without the documents whose numbers are in `removed`."""
-    for first, documents in numbered:
+def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]) -> Iterator[Read]:
+    """What `numbered` read, without the documents whose numbers are in `removed`."""
+    for first, read in numbered:
         if not removed:
-            yield documents
-        elif isinstance(documents[0], DocumentPiece):
+            yield read
+        elif isinstance(read, DocumentPiece):
             if first not in removed:
-                yield documents
+                yield read
         else:
-            kept = [d for number, d in enumerate(documents, first) if number not in removed]
+            kept = [i for i in range(len(read.texts)) if first + i not in removed]
             if kept:
-                yield kept
+                pick = lambda values: None if values is None else [values[i] for i in kept]  # noqa: E731
+                yield DocumentRun(pick(read.texts), pick(read.locations), pick(read.ids))

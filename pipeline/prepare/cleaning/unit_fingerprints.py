@@ -1,21 +1,23 @@
 """The cleaning stage's first pass over a unit: its documents' fingerprints, kept per unit.
 
 A unit's fingerprints are written atomically to the run's state directory, so a rerun after a crash
-reads them instead of the input again. Contaminated documents are found here, against eval sets
-every worker holds; they take no part in deduplication, so a duplicate's keeper is never a document
-that is removed anyway for contamination.
+reads them instead of the input again. They hold what each document is compared by (its exact key,
+its MinHash band keys), the eval n-grams it holds (decided upon only once every unit's are counted:
+see `job`), and where it is in its input, to name it in `removals.jsonl`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import json
+from typing import Any
 
 import numpy as np
 
 from pipeline import storage
-from pipeline.prepare.cleaning.eval_sets import eval_set
-from pipeline.prepare.cleaning.fingerprints import BANDS, ROWS, ExactKey, band_keys, exact_key, minhash, word_hashes
+from pipeline.prepare.cleaning.eval_sets import EvalSet
+from pipeline.prepare.cleaning.fingerprints import ExactKey, MinHasher, NgramStream, exact_key, ngram_hashes, word_hashes
 from pipeline.prepare.cleaning.unit_documents import numbered_documents
 from pipeline.prepare.documents import DocumentPiece, Tally
 from pipeline.prepare.sources import SourceError
@@ -29,113 +31,172 @@ FINGERPRINTS_DIR = "fingerprints"
 
 @dataclasses.dataclass(frozen=True)
 class UnitFingerprints:
-    """`exact_keys` are 16-byte keys as two uint64 columns; `near_keys` one band key per column."""
+    """Per document number: `locations` (see `documents`) and `ids` (the id field's values, JSON
+    values, or None). `exact_keys` are 16-byte keys as two uint64 columns, `near_keys` one band key
+    per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]` (their
+    indices in the `EvalSet`), with the first file holding each in `eval_files`, for the `i`-th of
+    `eval_numbers`."""
 
     unit: int
     documents: int
+    locations: np.ndarray
+    ids: list[Any] | None
     exact_numbers: np.ndarray
     exact_keys: np.ndarray
     near_numbers: np.ndarray
     near_keys: np.ndarray
-    contaminated_numbers: np.ndarray
-    contaminated_files: np.ndarray
+    eval_numbers: np.ndarray
+    eval_offsets: np.ndarray
+    eval_hits: np.ndarray
+    eval_files: np.ndarray
 
     def to_bytes(self, key: str) -> bytes:
+        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "ids"}
         out = io.BytesIO()
-        np.savez(out, key=np.array(key), **{f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        np.savez(out, key=np.array(key), ids=np.array(json.dumps(self.ids)), **arrays)
         return out.getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes, key: str) -> UnitFingerprints | None:
-        """None for fingerprints made under another key (other eval files)."""
+        """None for fingerprints made under another key (another plan)."""
         with np.load(io.BytesIO(data)) as arrays:
             if str(arrays["key"]) != key:
                 return None
-            values = {f.name: arrays[f.name] for f in dataclasses.fields(cls)}
-        return cls(**{**values, "unit": int(values["unit"]), "documents": int(values["documents"])})
+            values = {f.name: arrays[f.name] for f in dataclasses.fields(cls) if f.name != "ids"}
+            ids = json.loads(str(arrays["ids"]))
+        return cls(**{**values, "unit": int(values["unit"]), "documents": int(values["documents"]), "ids": ids})
+
+    def eval_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """The eval n-grams these documents hold, and in how many documents each."""
+        return np.unique(self.eval_hits, return_counts=True)
+
+    def hits_of(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The eval n-grams of the `i`-th of `eval_numbers`, and the first file holding each."""
+        span = slice(int(self.eval_offsets[i]), int(self.eval_offsets[i + 1]))
+        return self.eval_hits[span], self.eval_files[span]
 
 
 def fingerprints_path(output_dir: str, unit: int) -> str:
     return storage.join(output_dir, formats.STATE_DIR, FINGERPRINTS_DIR, f"{unit:05d}.npz")
 
 
+def _json_value(value: Any) -> Any:
+    """An id as JSON writes it: scalars as they are, anything else (bytes, dates) as text."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+
+class _Cut:
+    """What is gathered of a cut document, piece by piece."""
+
+    def __init__(self, minhasher: MinHasher | None, evals: EvalSet | None):
+        self.exact = ExactKey()
+        self.signature = minhasher.empty() if minhasher else None
+        self.near = NgramStream(minhasher.ngram) if minhasher else None
+        self.evals = NgramStream(evals.ngram) if evals else None
+        self.hits: list[np.ndarray] = []
+
+
 class _Collector:
-    def __init__(self, config: PrepareConfig, eval_digests: tuple[str, ...]):
-        self._near = config.dedup == "near"
-        self._evals = (
-            eval_set(tuple(config.decontaminate), config.decontaminate_ngram, config.separator, eval_digests)
-            if config.decontaminate
-            else None
-        )
+    def __init__(self, config: PrepareConfig, evals: EvalSet | None):
+        self._exact = config.dedup != "none"
+        self._minhasher = MinHasher(config.near_ngram, config.near_bands, config.near_rows) if config.dedup == "near" else None
+        self._evals = evals
+        self.locations: list[int] = []
+        self.ids: list[Any] = []
         self.exact: list[tuple[int, bytes]] = []
         self.near: list[tuple[int, np.ndarray]] = []
-        self.contaminated: list[tuple[int, int]] = []
-        self._cut: tuple[int, ExactKey] | None = None
-        self._cut_file: int | None = None
+        self.hits: list[tuple[int, np.ndarray]] = []
+        self._cut: tuple[int, _Cut] | None = None
 
-    def whole(self, number: int, text: str) -> None:
-        words = word_hashes(text) if self._near or self._evals else None
-        found = self._evals.match(words) if self._evals else None
-        if found is not None:
-            self.contaminated.append((number, found))
+    def _where(self, number: int, location: int, id: Any) -> None:
+        if number == len(self.locations):
+            self.locations.append(location)
+            self.ids.append(_json_value(id))
+
+    def whole(self, number: int, text: str, location: int, id: Any) -> None:
+        self._where(number, location, id)
+        if self._exact:
+            self.exact.append((number, exact_key(text)))
+        if self._minhasher is None and self._evals is None:
             return
-        self.exact.append((number, exact_key(text)))
-        if self._near:
-            self.near.append((number, minhash(words)))
+        words = word_hashes(text)
+        if self._minhasher is not None:
+            signature = self._minhasher.signature(words)
+            if signature is not None:
+                self.near.append((number, signature))
+        if self._evals is not None:
+            hits = self._evals.hits(ngram_hashes(words, self._evals.ngram))
+            if len(hits):
+                self.hits.append((number, hits))
 
     def piece(self, number: int, piece: DocumentPiece) -> None:
-        """A cut document takes part in exact deduplication and decontamination (n-grams within
-        each piece); MinHash of a document too long to hold whole is not computed."""
+        """A cut document is compared whole: its exact key, its shingles and its eval n-grams run
+        on across its pieces."""
         if piece.first:
             self.end_cut()
-            self._cut, self._cut_file = (number, ExactKey()), None
-        self._cut[1].update(piece.text)
-        if self._evals and self._cut_file is None:
-            self._cut_file = self._evals.match(word_hashes(piece.text))
+            self._where(number, piece.location, piece.id)
+            self._cut = (number, _Cut(self._minhasher, self._evals))
+        cut = self._cut[1]
+        cut.exact.update(piece.text)
+        if cut.near is None and cut.evals is None:
+            return
+        words = word_hashes(piece.text)
+        if cut.near is not None:
+            self._minhasher.update(cut.signature, cut.near.update(words))
+        if cut.evals is not None:
+            cut.hits.append(self._evals.hits(cut.evals.update(words)))
 
     def end_cut(self) -> None:
-        if self._cut is not None:
-            number, key = self._cut
-            if self._cut_file is not None:
-                self.contaminated.append((number, self._cut_file))
-            else:
-                self.exact.append((number, key.digest()))
-            self._cut = None
+        if self._cut is None:
+            return
+        number, cut = self._cut
+        if self._exact:
+            self.exact.append((number, cut.exact.digest()))
+        if cut.near is not None and cut.near.words >= self._minhasher.ngram:
+            self.near.append((number, cut.signature))
+        if cut.hits:
+            hits = np.unique(np.concatenate(cut.hits))
+            if len(hits):
+                self.hits.append((number, hits))
+        self._cut = None
+
+    def fingerprints(self, unit: int) -> UnitFingerprints:
+        hashes = self._minhasher.bands * self._minhasher.rows if self._minhasher else 0
+        signatures = np.array([s for _, s in self.near], dtype=np.uint32).reshape(len(self.near), hashes)
+        hits = [h for _, h in self.hits]
+        all_hits = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
+        return UnitFingerprints(
+            unit=unit,
+            documents=len(self.locations),
+            locations=np.array(self.locations, dtype=np.int64),
+            ids=self.ids if any(i is not None for i in self.ids) else None,
+            exact_numbers=np.array([n for n, _ in self.exact], dtype=np.int64),
+            exact_keys=np.frombuffer(b"".join(k for _, k in self.exact), dtype=np.uint64).reshape(-1, 2).copy(),
+            near_numbers=np.array([n for n, _ in self.near], dtype=np.int64),
+            near_keys=self._minhasher.band_keys(signatures) if self._minhasher else np.zeros((0, 0), dtype=np.uint64),
+            eval_numbers=np.array([n for n, _ in self.hits], dtype=np.int64),
+            eval_offsets=np.concatenate(([0], np.cumsum([len(h) for h in hits], dtype=np.int64))),
+            eval_hits=all_hits,
+            eval_files=self._evals.files[all_hits].astype(np.int64) if self._evals else np.zeros(0, dtype=np.int64),
+        )
 
 
-def _array(values: list, dtype, shape: tuple[int, ...] = ()) -> np.ndarray:
-    return np.array(values, dtype=dtype).reshape((len(values), *shape))
-
-
-def fingerprint_unit(unit: WorkUnit, config: PrepareConfig, eval_digests: tuple[str, ...]) -> UnitFingerprints:
+def fingerprint_unit(unit: WorkUnit, config: PrepareConfig, evals: EvalSet | None) -> UnitFingerprints:
     """Reads the unit through `numbered_documents`. A bad unit with `skip_bad_files` has no
     documents (the tokenizing pass skips and records it); otherwise its SourceError is raised."""
-    collector = _Collector(config, eval_digests)
-    documents = 0
+    collector = _Collector(config, evals)
     try:
-        for first, run in numbered_documents(unit, config, Tally(), ContentDigest()):
-            if isinstance(run[0], DocumentPiece):
-                collector.piece(first, run[0])
-                documents = first + 1
+        for first, read in numbered_documents(unit, config, Tally(), ContentDigest(), located=True):
+            if isinstance(read, DocumentPiece):
+                collector.piece(first, read)
                 continue
             collector.end_cut()
-            for number, text in enumerate(run, first):
-                collector.whole(number, text)
-            documents = first + len(run)
+            ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
+            for number, (text, location, id) in enumerate(zip(read.texts, read.locations, ids), first):
+                collector.whole(number, text, location, id)
         collector.end_cut()
     except SourceError:
         if not config.skip_bad_files:
             raise
-        collector, documents = _Collector(config, eval_digests), 0
-    exact = b"".join(key for _, key in collector.exact)
-    signatures = _array([s for _, s in collector.near], np.uint32, (BANDS * ROWS,))
-    return UnitFingerprints(
-        unit=unit.index,
-        documents=documents,
-        exact_numbers=_array([n for n, _ in collector.exact], np.int64),
-        exact_keys=np.frombuffer(exact, dtype=np.uint64).reshape(-1, 2).copy(),
-        near_numbers=_array([n for n, _ in collector.near], np.int64),
-        near_keys=band_keys(signatures),
-        contaminated_numbers=_array([n for n, _ in collector.contaminated], np.int64),
-        contaminated_files=_array([f for _, f in collector.contaminated], np.int64),
-    )
+        collector = _Collector(config, evals)
+    return collector.fingerprints(unit.index)

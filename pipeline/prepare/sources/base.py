@@ -14,7 +14,7 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
-from pipeline.prepare.documents import Document, Tally
+from pipeline.prepare.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
 from pipeline.storage import FileInfo
 from schemas.manifest import PrepareConfig
@@ -27,9 +27,44 @@ _MAX_READ_PAST = 4 * 2**20
 
 class SourceError(RuntimeError):
     """Input content that cannot be read as asked (corrupt, truncated, not of its format): the
-    message names the file and what is wrong. Reading it again fails the same way."""
+    message names the file and what is wrong. Reading it again fails the same way. `reason` is
+    what `--skip-bad-files` counts it as."""
 
     deterministic = True
+
+    def __init__(self, message: str, reason: str = BAD_FILE):
+        super().__init__(message)
+        self.reason = reason
+
+
+# A text or JSON Lines unit is binary when this share of its first bytes are NUL bytes, or bytes of
+# no valid UTF-8 character. Text with a stray NUL or a few Latin-1 bytes passes; executables, images,
+# archives, UTF-16 and 8-bit encodings of other scripts do not. A sample smaller than the minimum
+# tells too little.
+BINARY_SAMPLE_BYTES = 64 * 2**10
+BINARY_MIN_BYTES = 512
+BINARY_SHARE = 0.1
+
+
+def check_text(sample: bytes, where: str) -> None:
+    """Raises SourceError (reason `binary_file`) when `sample`, the first bytes of what a unit
+    reads, looks binary rather than UTF-8 text."""
+    sample = sample[:BINARY_SAMPLE_BYTES]
+    if len(sample) < BINARY_MIN_BYTES:
+        return
+    nul = sample.count(0)
+    try:
+        sample.decode("utf-8")
+        invalid = 0
+    except UnicodeDecodeError:
+        # A character cut at either end of the sample is not invalid: 3 bytes each side spared.
+        invalid = max(len(sample) - len(sample.decode("utf-8", "ignore").encode("utf-8")) - 6, 0)
+    if max(nul, invalid) >= BINARY_SHARE * len(sample):
+        raise SourceError(
+            f"{where} looks binary, not UTF-8 text ({nul} NUL bytes and {invalid} bytes of no UTF-8 character "
+            f"in its first {len(sample)}); remove it from the inputs, or pass --skip-bad-files to skip it",
+            BINARY_FILE,
+        )
 
 
 class ContentDigest:
@@ -53,11 +88,11 @@ class Source(Protocol):
         """The `(start, end)` of each unit of the input, from its metadata (at most a file footer)."""
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[list[Document]]:
-        """The unit's documents in input order, in lists: runs of whole documents, and each piece
-        of a cut document in a list of its own. Skips and rejects go to `tally`, what the unit owns
-        of the input to `digest`."""
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+    ) -> Iterator[Read]:
+        """The unit's documents in input order: runs of whole documents, and the pieces of a cut
+        document. Skips and rejects go to `tally`, what the unit owns of the input to `digest`. With
+        `located`, each document carries where it starts and the value of its `config.id_field`."""
 
 
 def byte_ranges(size: int, unit_bytes: int) -> list[tuple[int, int]]:
@@ -86,6 +121,7 @@ class RangeReader:
                 f"read {len(self.own)}; did the file change since it was planned?"
             )
         digest.update(self.own, count_newlines=count_newlines)
+        check_text(self.own, f"{unit.path} (bytes {unit.start} to {unit.end})")
         # Whether `start` is a line start: the file's start, or right after a newline.
         self.starts_line = not unit.start or before == b"\n"
         if unit.start == 0 and BOM.startswith(self.own[: len(BOM)]):
@@ -123,8 +159,17 @@ def separator_regex(separator: str, *, text: bool = False) -> re.Pattern:
 
 
 def split_at_separator_lines(data: bytes | str, separator: str) -> list[bytes] | list[str]:
-    """`data` (which starts at a line start) cut at every separator line; the pieces keep their
-    surrounding whitespace. Bytes in, bytes out; text in, text out.
+    """`data` (which starts at a line start) cut at every separator line; each piece is what lies
+    between the newline that ends a separator line and the newline before the next, its own
+    surrounding whitespace kept. Bytes in, bytes out; text in, text out."""
+    return separated(data, separator)[0]
+
+
+def separated(data: bytes | str, separator: str) -> tuple[list[bytes] | list[str], list[int]]:
+    """`split_at_separator_lines(data)`, and how many of data's newlines lie between each piece and
+    the next: 2 (the one before the separator line and the one ending it), 1 where the separator
+    line has none of its own before it (data starts with it, or it follows another separator line),
+    0 where it ends data with no newline after it, nor before it.
 
     When every occurrence of the separator is a bare line of its own, a plain split finds exactly
     the cuts the regex finds, several times faster (and without copying `data` to wrap it in
@@ -134,12 +179,24 @@ def split_at_separator_lines(data: bytes | str, separator: str) -> list[bytes] |
     text = isinstance(data, str)
     newline, sep = ("\n", separator) if text else (b"\n", separator.encode("utf-8"))
     pieces = data.split(newline + sep + newline)
+    between = [2] * (len(pieces) - 1)
     if data.startswith(sep + newline) or data == sep:  # a separator line first, or alone
         pieces[0:1] = [data[:0], pieces[0][len(sep) + 1 :]]
+        between[0:0] = [1 if data != sep else 0]
     if data.endswith(newline + sep):  # a separator line last, with no newline after it
         pieces[-1:] = [pieces[-1][: -len(sep) - 1], data[:0]]
+        between.append(1)
     if len(pieces) - 1 == data.count(sep):
-        return pieces
-    pieces = separator_regex(separator, text=text).split(newline + data + newline)
-    pieces[0], pieces[-1] = pieces[0][1:], pieces[-1][:-1]  # the newlines added around `data`
-    return pieces
+        return pieces, between
+    wrapped = newline + data + newline
+    raw = separator_regex(separator, text=text).split(wrapped)
+    # A match runs from the newline before its separator line (none of data's when the match starts
+    # data) up to the newline that ends the line, which starts the next piece unless another
+    # separator line takes it, or it is only the newline added after data.
+    between = [
+        int(i > 0 or raw[0] != data[:0]) + int(following[:1] == newline and (i + 2 < len(raw) or following != newline))
+        for i, following in enumerate(raw[1:])
+    ]
+    raw[0] = raw[0][1:]  # the newlines added around `data`
+    raw[-1] = raw[-1][:-1]
+    return raw[:1] + [piece[1:] if piece[:1] == newline else piece for piece in raw[1:]], between

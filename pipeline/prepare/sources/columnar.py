@@ -20,8 +20,8 @@ from pipeline.prepare.documents import (
     EMPTY,
     MISSING_TEXT,
     NON_STRING_TEXT,
-    Document,
     DocumentRuns,
+    Read,
     Reject,
     Tally,
 )
@@ -74,9 +74,12 @@ def _add_to_digest(values: list[Any], digest: ContentDigest) -> None:
 
 
 def documents_from_values(
-    values: list[Any], first_row: int, path: str, field: str, config: PrepareConfig, tally: Tally
-) -> Iterator[list[Document]]:
-    runs = DocumentRuns(config.max_document_bytes, tally)
+    values: list[Any], ids: list[Any] | None, first_row: int, path: str, config: PrepareConfig, tally: Tally
+) -> Iterator[Read]:
+    """The documents of rows from `first_row` on, `values` their text column; `ids`, their id
+    column's values, when they are to be located (None there where there is no such column)."""
+    field = config.text_field
+    runs = DocumentRuns(config.max_document_bytes, tally, located=ids is not None)
     for row, text in enumerate(values, start=first_row):
         if text is None:
             tally.reject(Reject(MISSING_TEXT, path, f"{field!r} is null", row=row))
@@ -85,7 +88,7 @@ def documents_from_values(
         elif not text.strip():
             tally.skip(EMPTY)
         else:
-            yield from runs.add(text)
+            yield from runs.add(text, row, ids[row - first_row] if ids is not None else None)
     yield from runs.flush()
 
 
@@ -102,8 +105,11 @@ def _open_parquet(f: Any, path: str) -> pq.ParquetFile:
         raise SourceError(f"{path}: not a readable Parquet file: {e}") from None
 
 
-def _read_rows(unit: WorkUnit, batches: Iterator[tuple[int, pa.RecordBatch]], field: str) -> Iterator[list]:
-    """Values of `field` for the unit's rows, from batches tagged with their first row."""
+def _read_rows(
+    unit: WorkUnit, batches: Iterator[tuple[int, pa.RecordBatch]], field: str, id_field: str | None
+) -> Iterator[tuple[list, list | None]]:
+    """Values of `field` for the unit's rows, and of `id_field` (None without one, or where the
+    batch has no such column), from batches tagged with their first row."""
     for first, batch in batches:
         if first >= unit.end:
             return
@@ -111,7 +117,10 @@ def _read_rows(unit: WorkUnit, batches: Iterator[tuple[int, pa.RecordBatch]], fi
         if last <= unit.start:
             continue
         lo, hi = max(unit.start - first, 0), min(unit.end, last) - first
-        yield batch.column(field).slice(lo, hi - lo).to_pylist()
+        ids = None
+        if id_field is not None:
+            ids = batch.column(id_field).slice(lo, hi - lo).to_pylist() if id_field in batch.schema.names else [None] * (hi - lo)
+        yield batch.column(field).slice(lo, hi - lo).to_pylist(), ids
 
 
 @contextlib.contextmanager
@@ -136,7 +145,9 @@ class _ColumnarSource:
     def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
         raise NotImplementedError
 
-    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Batches of the unit's rows holding `columns` (the text column first; those after it only
+        where the file has them)."""
         raise NotImplementedError
 
     def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
@@ -144,13 +155,17 @@ class _ColumnarSource:
             return row_ranges(self.groups(f, path, config.text_field), config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[list[Document]]:
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+    ) -> Iterator[Read]:
         row = unit.start
+        id_field = config.id_field if located and config.id_field != config.text_field else None
+        columns = [config.text_field] + ([id_field] if id_field else [])
         with _content_errors(unit.path), self.open(unit.path) as f:
-            for values in _read_rows(unit, self.batches(f, unit, config.text_field), config.text_field):
+            for values, id_values in _read_rows(unit, self.batches(f, unit, columns), config.text_field, id_field):
                 _add_to_digest(values, digest)
-                yield from documents_from_values(values, row, unit.path, config.text_field, config, tally)
+                if located and id_values is None:
+                    id_values = [None] * len(values)
+                yield from documents_from_values(values, id_values, row, unit.path, config, tally)
                 row += len(values)
         if row != unit.end:
             raise SourceError(f"{unit.path}: expected rows up to {unit.end}, found {row}; did the file change?")
@@ -169,9 +184,10 @@ class ParquetSource(_ColumnarSource):
             for i in range(metadata.num_row_groups)
         ]
 
-    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
         parquet = _open_parquet(f, unit.path)
-        _column_index(parquet.schema_arrow, unit.path, field)
+        _column_index(parquet.schema_arrow, unit.path, columns[0])
+        columns = [c for c in columns if c in parquet.schema_arrow.names]
         first, needed = 0, []
         for i in range(parquet.metadata.num_row_groups):
             rows = parquet.metadata.row_group(i).num_rows
@@ -179,7 +195,7 @@ class ParquetSource(_ColumnarSource):
                 needed.append((i, first))
             first += rows
         for group, first in needed:
-            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=[field]):
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=columns):
                 yield first, batch
                 first += batch.num_rows
 
@@ -218,9 +234,9 @@ class ArrowSource(_ColumnarSource):
             groups.append((batch.num_rows, batch.column(column).nbytes))
         return groups
 
-    def batches(self, f: Any, unit: WorkUnit, field: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
         first = 0
         for batch in _arrow_batches(f, unit.path):
-            _column_index(batch.schema, unit.path, field)
+            _column_index(batch.schema, unit.path, columns[0])
             yield first, batch
             first += batch.num_rows

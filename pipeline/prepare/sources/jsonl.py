@@ -11,6 +11,7 @@ import hashlib
 import json
 import zlib
 from collections.abc import Generator, Iterable, Iterator
+from typing import Any
 
 import zstandard
 
@@ -22,8 +23,8 @@ from pipeline.prepare.documents import (
     MALFORMED_JSON,
     MISSING_TEXT,
     NON_STRING_TEXT,
-    Document,
     DocumentRuns,
+    Read,
     Reject,
     Tally,
     decode_utf8,
@@ -34,6 +35,7 @@ from pipeline.prepare.sources.base import (
     RangeReader,
     SourceError,
     byte_ranges,
+    check_text,
 )
 from pipeline.prepare.units import WorkUnit
 from pipeline.storage import FileInfo
@@ -151,13 +153,13 @@ class JsonlSource:
         return byte_ranges(info.size, config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[list[Document]]:
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+    ) -> Iterator[Read]:
         limit = _LINE_LIMIT_FACTOR * config.max_document_bytes
         with storage.open_raw(unit.path) as f:
             compression = compression_of(unit.path)
             if compression is not None:
-                lines = _lines(_decompressed_chunks(f, unit.path, compression, digest), limit)
+                lines = _lines(_checked(_decompressed_chunks(f, unit.path, compression, digest), unit.path), limit)
                 first_offset = 0
             else:
                 reader = RangeReader(f, unit, digest, count_newlines=True)
@@ -167,17 +169,27 @@ class JsonlSource:
                 lines = _lines(_owned_lines(reader, first), limit)
                 # Newlines between the range's start and its first line: the one just before it.
                 first_offset = 1 if first else 0
-            runs = DocumentRuns(config.max_document_bytes, tally)
+            runs = DocumentRuns(config.max_document_bytes, tally, located=located)
             for offset, line in enumerate(lines, start=first_offset):
                 if line is None:
                     tally.reject(Reject(LINE_TOO_LONG, unit.path, f"longer than {limit} bytes", line=offset))
                     continue
                 if unit.start == 0 and offset == 0 and line.startswith(BOM):
                     line = line[len(BOM) :]
-                text = _parse_line(line, unit.path, offset, config.text_field, tally)
-                if text is not None:
-                    yield from runs.add(text)
+                parsed = _parse_line(line, unit.path, offset, config, tally, located)
+                if parsed is not None:
+                    yield from runs.add(parsed[0], offset, parsed[1])
             yield from runs.flush()
+
+
+def _checked(chunks: Iterator[bytes], path: str) -> Iterator[bytes]:
+    """The decompressed stream, its first chunk checked to be text (see `check_text`)."""
+    first = True
+    for chunk in chunks:
+        if first:
+            check_text(chunk, path)
+            first = False
+        yield chunk
 
 
 def _owned_lines(reader: RangeReader, first: int) -> Iterator[bytes]:
@@ -194,7 +206,12 @@ def _owned_lines(reader: RangeReader, first: int) -> Iterator[bytes]:
         yield more
 
 
-def _parse_line(line: bytes, path: str, offset: int, field: str, tally: Tally) -> str | None:
+def _parse_line(
+    line: bytes, path: str, offset: int, config: PrepareConfig, tally: Tally, located: bool
+) -> tuple[str, Any] | None:
+    """The line's text and (`located`) the value of its id field, None if it has none; None for a
+    line that is a counted skip or a recorded reject."""
+    field = config.text_field
     if not line.strip():
         tally.count(BLANK_LINES)
         return None
@@ -214,4 +231,4 @@ def _parse_line(line: bytes, path: str, offset: int, field: str, tally: Tally) -
     if not text.strip():
         tally.skip(EMPTY)
         return None
-    return text
+    return text, record.get(config.id_field) if located else None

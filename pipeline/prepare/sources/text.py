@@ -3,30 +3,37 @@
 A document starts at the file's start or right after a separator line, and a unit owns the
 documents that follow the separator lines starting in its byte range (unit 0 also owns the first
 document). The last one usually ends a little past the range; one that runs on for longer than
-`max_document_bytes` is cut into pieces as it is read, so no document is ever held whole.
+`max_document_bytes` is cut into pieces as it is read, so no document is ever held whole. A
+document is cut the same way wherever it lies in its unit: its bytes between the separator lines
+(surrounding whitespace included) are cut at the same places, so the pieces do not depend on the
+unit size.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
+from itertools import accumulate, compress
 
 from pipeline import storage
 from pipeline.prepare.documents import (
     CUT_DOCUMENTS,
     DOCUMENT_PIECES,
     EMPTY,
-    Document,
     DocumentPiece,
+    DocumentRun,
+    Read,
     Tally,
     cut_point,
     decode_utf8,
+    is_long,
 )
 from pipeline.prepare.sources.base import (
     ContentDigest,
     RangeReader,
     byte_ranges,
+    separated,
     separator_regex,
-    split_at_separator_lines,
 )
 from pipeline.prepare.units import WorkUnit
 from pipeline.storage import FileInfo
@@ -53,11 +60,11 @@ class TextSource:
         return byte_ranges(info.size, config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest
-    ) -> Iterator[list[Document]]:
+        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+    ) -> Iterator[Read]:
         separator = config.separator.encode("utf-8")
         with storage.open_raw(unit.path) as f:
-            reader = RangeReader(f, unit, digest, count_newlines=False)
+            reader = RangeReader(f, unit, digest, count_newlines=True)
             first = reader.first_line_start()
             if first is None:
                 return
@@ -77,36 +84,73 @@ class TextSource:
                 region += more
                 last_line += more
             try:  # decoded whole, as text, when it can be: faster than piece by piece
-                pieces = split_at_separator_lines(region.decode("utf-8"), config.separator)
+                pieces, between = separated(region.decode("utf-8"), config.separator)
             except UnicodeDecodeError:
-                pieces = split_at_separator_lines(region, config.separator)
+                pieces, between = separated(region, config.separator)
             owned = pieces if unit.start == 0 else pieces[1:]
             if not owned:
                 return
-            yield _whole_documents(owned[:-1], tally)
+            lines = None
+            if located:  # lines between the range's start and the region's: the newline just before it, if any
+                lines = _piece_lines(pieces, between, 1 if first else 0)[len(pieces) - len(owned) :]
+            yield from _whole_documents(owned[:-1], lines, config.max_document_bytes, tally)
             # The last document runs on past the region, up to the next separator line if any.
             head = owned[-1].encode("utf-8") if isinstance(owned[-1], str) else owned[-1]
-            yield from _finish(bytearray(head + rest), reader, config, tally, at_eof=at_eof)
+            yield from _finish(bytearray(head + rest), lines and lines[-1], reader, config, tally, at_eof=at_eof)
 
 
-def _whole_documents(pieces: list[bytes] | list[str], tally: Tally) -> list[str]:
-    """The pieces between separator lines as documents, stripped; blank ones are counted skips.
+def _piece_lines(pieces: list[bytes] | list[str], between: list[int], first: int) -> list[int]:
+    """The line each piece of `separated` starts on, `first` being the first's."""
+    newline = "\n" if pieces and isinstance(pieces[0], str) else b"\n"
+    # In bulk (map and accumulate run in C): a unit holds tens of thousands of documents.
+    return list(accumulate(map(operator.add, map(operator.methodcaller("count", newline), pieces), between), initial=first))
 
-    In bulk, with list comprehensions: a unit holds tens of thousands of documents.
+
+def _whole_documents(
+    pieces: list[bytes] | list[str], lines: list[int] | None, limit: int, tally: Tally
+) -> Iterator[Read]:
+    """The pieces between separator lines as documents, stripped (blank ones are counted skips), in
+    runs, with the lines they start on when given; one over `limit` bytes is cut as `_finish` cuts it.
+
+    In bulk (comprehensions, and C's map and compress): a unit holds tens of thousands of documents.
     """
-    if pieces and isinstance(pieces[0], str):
-        texts = [piece.strip() for piece in pieces]
-    else:
-        texts = [decode_utf8(piece, tally).strip() for piece in pieces]
-    documents = [text for text in texts if text]
-    tally.skip(EMPTY, len(texts) - len(documents))
-    return documents
+    if not pieces:
+        return
+    text = isinstance(pieces[0], str)
+    quarter = limit // 4 if text else limit  # a character is at most 4 bytes: the cheap test first
+    long = []
+    if max(map(len, pieces)) > quarter:
+        long = [i for i, piece in enumerate(pieces) if len(piece) > quarter and (not text or is_long(piece, limit))]
+    start = 0
+    for end in [*long, len(pieces)]:
+        texts = [piece.strip() for piece in pieces[start:end]] if text else [
+            decode_utf8(piece, tally).strip() for piece in pieces[start:end]
+        ]
+        kept = texts if all(texts) else list(compress(texts, texts))
+        tally.skip(EMPTY, len(texts) - len(kept))
+        if kept:
+            yield DocumentRun(kept, None if lines is None else list(compress(lines[start:end], texts)))
+        if end < len(pieces):
+            data = pieces[end].encode("utf-8", "surrogatepass") if text else pieces[end]
+            yield from _cut(bytearray(data), lines and lines[end], limit, tally)
+        start = end + 1
+
+
+def _cut(data: bytearray, line: int | None, limit: int, tally: Tally, *, pieces: int = 0) -> Iterator[DocumentPiece]:
+    """A document's bytes over `limit`, from piece number `pieces` on, cut as `_finish` cuts them."""
+    while len(data) > limit:
+        cut = cut_point(data, 0, limit)
+        yield from _emit(bytes(data[:cut]), line, tally, piece=pieces, more=True)
+        del data[:cut]
+        pieces += 1
+    yield from _emit(bytes(data), line, tally, piece=pieces)
 
 
 def _finish(
-    buf: bytearray, reader: RangeReader, config: PrepareConfig, tally: Tally, *, at_eof: bool
-) -> Iterator[list[Document]]:
-    """The document whose bytes begin `buf` (at a line start), read on to the next separator line.
+    buf: bytearray, line: int | None, reader: RangeReader, config: PrepareConfig, tally: Tally, *, at_eof: bool
+) -> Iterator[Read]:
+    """The document whose bytes begin `buf` (at a line start, `line`), read on to the next
+    separator line.
 
     A document still unfinished past `max_document_bytes` is cut at a whitespace (see `cut_point`)
     and handed on in pieces, so memory stays bounded however long it runs.
@@ -125,16 +169,16 @@ def _finish(
         settled = end is not None or at_eof or not _could_be_separator(last_line, separator)
         if (len(buf) if end is None else end) > limit and settled:
             cut = cut_point(buf, 0, limit)
-            yield from _emit(bytes(buf[:cut]), tally, piece=pieces, more=True)
+            yield from _emit(bytes(buf[:cut]), line, tally, piece=pieces, more=True)
             del buf[:cut]
             pieces += 1
             scanned = 0
             continue
         if end is not None:
-            yield from _emit(bytes(buf[:end]), tally, piece=pieces)
+            yield from _emit(bytes(buf[:end]), line, tally, piece=pieces)
             return
         if at_eof:
-            yield from _emit(bytes(buf), tally, piece=pieces, trailing=True)
+            yield from _emit(bytes(buf), line, tally, piece=pieces, trailing=True)
             return
         scanned = len(buf)
         more = reader.read_past()
@@ -143,16 +187,17 @@ def _finish(
 
 
 def _emit(
-    data: bytes, tally: Tally, *, piece: int = 0, more: bool = False, trailing: bool = False
-) -> Iterator[list[Document]]:
-    """A whole document, or piece number `piece` of a cut one (`more`: pieces follow).
+    data: bytes, line: int | None, tally: Tally, *, piece: int = 0, more: bool = False, trailing: bool = False
+) -> Iterator[Read]:
+    """A whole document, or piece number `piece` of a cut one (`more`: pieces follow), starting on
+    `line`.
 
     `trailing`: the text after the file's last separator, which is no skipped document when blank.
     """
     text = decode_utf8(data, tally)
     if not piece and not more:
         if text.strip():
-            yield [text.strip()]
+            yield DocumentRun([text.strip()], None if line is None else [line])
         elif not trailing:
             tally.skip(EMPTY)
         return
@@ -162,4 +207,4 @@ def _emit(
     if not piece:
         tally.count(CUT_DOCUMENTS)
     tally.count(DOCUMENT_PIECES)
-    yield [DocumentPiece(text, first=not piece)]
+    yield DocumentPiece(text, first=not piece, location=line or 0)
