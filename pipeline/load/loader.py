@@ -268,12 +268,11 @@ class _HostRows:
             return _FOREVER
         return self.planner.steps(start)
 
-    def window(self, steps: int, *, shared: bool) -> dict[str, np.ndarray]:
-        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place;
-        `shared`: in shared memory, for a window that crosses processes."""
+    def window(self, steps: int) -> dict[str, np.ndarray]:
+        """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place."""
         config = self._config
         return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
-                          source_count=len(self._manifests), dtype=self._window_dtype, shared=shared)
+                          source_count=len(self._manifests), dtype=self._window_dtype)
 
     def fill(self, position: Position, window: dict[str, np.ndarray]) -> list[Position]:
         """Lays out this host's rows of the batches from `position` in `window` (one batch per step of
@@ -316,12 +315,11 @@ class _Windows(grain.MapDataset):
     (`window` of them, fewer at the end of `steps`), as a `new_window`, with the position after each
     under `_POSITION`. Read in order, each reader walks the plan once."""
 
-    def __init__(self, host: _HostRows, start: Position, steps: int, *, shared: bool):
+    def __init__(self, host: _HostRows, start: Position, steps: int):
         super().__init__()
         self._host = host
         self._start = start
         self._steps = steps
-        self._shared = shared
         self._window = max(1, min(_MAX_WINDOW, _WINDOW_TOKENS // (host.rows * host.planner.width)))
 
     def __len__(self) -> int:
@@ -332,7 +330,7 @@ class _Windows(grain.MapDataset):
             return self.slice(index)
         first = index * self._window
         position = self._host.position_before(self._start, self._start.step + first)
-        window = self._host.window(min(self._window, self._steps - first), shared=self._shared)
+        window = self._host.window(min(self._window, self._steps - first))
         window[_POSITION] = [p.to_list() for p in self._host.fill(position, window)]
         return window
 
@@ -372,7 +370,7 @@ class _HostBatchIterator(grain.DatasetIterator):
         self._next_in_window = 0
 
     def _open(self) -> grain.DatasetIterator:
-        windows = _Windows(self._host, self._position, self._host.steps(self._position), shared=self._worker_count > 0)
+        windows = _Windows(self._host, self._position, self._host.steps(self._position))
         ds = windows.to_iter_dataset(_READ_OPTIONS)
         if self._worker_count:
             ds = grain.experimental.WithOptionsIterDataset(

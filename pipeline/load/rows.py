@@ -19,7 +19,6 @@ call, and a step of ~200-token documents copies some 400 slices.
 from __future__ import annotations
 
 import numpy as np
-from grain.python import SharedMemoryArray
 
 from pipeline.load.global_index import StepPlan
 
@@ -36,18 +35,19 @@ def _parts(plan: StepPlan, records: list[np.ndarray], which: np.ndarray) -> zip:
     return zip([views[i] for i in which.tolist()], plan.start.tolist(), plan.length.tolist(), plan.dest.tolist())
 
 
-def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int, dtype: np.dtype,
-               shared: bool = False) -> dict[str, np.ndarray]:
+def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int,
+               dtype: np.dtype) -> dict[str, np.ndarray]:
     """Zeroed arrays for `steps` batches, which the layouts below fill: a window of batches is laid
     out in place, never stacked from per-step copies.
 
     The fields share one array, `FIELDS` [field, step, row, seq_len] of `dtype` (see
-    `transport_dtype`); `shared`: in shared memory, as a prefetch worker hands it over (Grain's
-    workers pass a SharedMemoryArray on without copying it).
+    `transport_dtype`): a prefetch worker hands a window over as one shared-memory segment, which
+    Grain makes as it sends it. A window made in shared memory from the start saves that copy but
+    leaks its segment when the pipeline closes with it still in the worker's read-ahead.
     """
     fields = len(DOCUMENT_FIELDS) if packing == "document" else len(CONCAT_FIELDS)
     shape = (fields, steps, rows, seq_len)
-    window = {FIELDS: SharedMemoryArray(shape, dtype) if shared else np.zeros(shape, dtype)}
+    window = {FIELDS: np.zeros(shape, dtype)}
     if source_count > 1:
         window[SOURCE_TOKENS] = np.zeros((steps, source_count), np.int64)
     return window
