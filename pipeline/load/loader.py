@@ -300,7 +300,6 @@ class _HostRows:
             document_rows(mine, records, which, window, before=before)
         return positions
 
-
     def _tokens(self, record: bytes) -> np.ndarray:
         """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is as
         wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len` over
