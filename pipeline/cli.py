@@ -32,13 +32,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """A subcommand: its one-line summary and the module whose `parser(prog)` and `main(argv, prog)`
-    (or the functions named here) define it."""
+    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)` (or
+    the functions named here) define it, and the setup.py extra it needs beyond the base install."""
 
     summary: str
     module: str
     main: str = "main"
     parser: str = "parser"
+    extra: str | None = None
 
     def function(self, name: str) -> Callable:
         return getattr(importlib.import_module(self.module), name)
@@ -48,14 +49,16 @@ COMMANDS = {
     "prepare": Command("tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"),
     "verify": Command("re-hash a prepared directory's shards against its manifest", "pipeline.verify"),
     "inspect": Command("totals, lengths and first documents of a prepared directory", "pipeline.inspect_dataset"),
-    "batches": Command("write the batches one host would train on to an .npz", "pipeline.load.batches"),
+    "batches": Command("write the batches one host would train on to an .npz", "pipeline.load.batches",
+                       extra="load"),
     "corpus": Command("write the embedded TinyStories-style demo corpus", "pipeline.corpus"),
-    "train": Command("train a GPT on prepared data, or resume a workdir's run", "train.cli"),
+    "train": Command("train a GPT on prepared data, or resume a workdir's run", "train.cli", extra="train"),
     "sample": Command("continue a prompt from a run's latest checkpoint", "train.cli", main="sample_main",
-                      parser="sample_parser"),
+                      parser="sample_parser", extra="train"),
 }
 # Commands that import Beam.
 _BEAM = ("prepare", "verify", "inspect")
+_OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 
 def parser(prog: str = "tokshards") -> argparse.ArgumentParser:
@@ -94,6 +97,13 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
             _import_beam_quietly()
         status = COMMANDS[name].function(COMMANDS[name].main)(argv, prog)
         interrupts.settle()
+    except ModuleNotFoundError as e:
+        extra = COMMANDS[name].extra
+        if extra is None or (e.name or "").partition(".")[0] in _OWN_PACKAGES:
+            raise
+        print(f"{name}: error: {e.name} is not installed; this command needs the {extra!r} extra: "
+              f"pip install 'tokshards[{extra}]'", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         interrupts.settle()
         return _interrupted(name)
