@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from conftest import IN_PROCESS, run_prepare, sample_documents, write_jsonl, write_text
+from pipeline import config_file
 from pipeline.prepare import launcher
 from pipeline.prepare.launcher import PrepareError, parse_args
 from schemas import formats
@@ -101,7 +102,7 @@ def test_prepare_without_its_required_settings_names_them(tmp_path, capsys):
 
 def _train_config(args: list[str]):
     parser = lambda: train_cli.parser("tokshards train")  # noqa: E731
-    parsed, _ = train_cli.config_file.parse(parser, args)
+    parsed, _ = config_file.parse(parser, args)
     return train_cli._config(parsed, train_cli._flags(parser()))
 
 
