@@ -68,4 +68,5 @@ setup(
         "dask": DASK,
         "dev": HF + TRAIN + GCP + DASK + TEST,
     },
+    entry_points={"console_scripts": ["tokshards = pipeline.cli:run"]},
 )

@@ -14,6 +14,7 @@ import random
 import sys
 from collections.abc import Iterator
 
+from pipeline.cli import HelpFormatter
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")
@@ -105,14 +106,17 @@ def write_corpus(path: str, num_stories: int, seed: int = 0) -> None:
             f.write(f"\n{ENDOFTEXT}\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline corpus", description="Write the embedded TinyStories-style corpus."
-    )
-    parser.add_argument("--output", required=True, help="text file to write")
-    parser.add_argument("--stories", type=int, default=50_000)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Write the embedded TinyStories-style corpus.",
+                                formatter_class=HelpFormatter)
+    p.add_argument("--output", required=True, help="text file to write")
+    p.add_argument("--stories", type=int, default=50_000, help="how many stories")
+    p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes on any machine")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards corpus") -> int:
+    args = parser(prog).parse_args(argv)
     write_corpus(args.output, args.stories, args.seed)
     print(f"wrote {args.stories} stories to {args.output}", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 
+from pipeline.cli import HelpFormatter
 from pipeline.manifest_io import read_manifest, read_records
 from pipeline.tokenization import load_tokenizer
 from schemas.manifest import ManifestError
@@ -30,13 +31,17 @@ def histogram(lengths: np.ndarray, bins: int = 10, width: int = 40) -> list[str]
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline inspect", description=__doc__)
-    parser.add_argument("data_dir")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--documents", type=int, default=3, help="how many documents to print")
-    parser.add_argument("--max-records", type=int, default=200, help="records read for the histogram")
-    args = parser.parse_args(argv)
+def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("data_dir", help="a prepared directory (holds manifest.json)")
+    p.add_argument("--split", default="train", help="the split to show")
+    p.add_argument("--documents", type=int, default=3, help="how many documents to print")
+    p.add_argument("--max-records", type=int, default=200, help="records read for the histogram")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards inspect") -> int:
+    args = parser(prog).parse_args(argv)
     try:
         manifest = read_manifest(args.data_dir)
     except ManifestError as e:

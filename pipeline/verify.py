@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from pipeline import storage
+from pipeline.cli import HelpFormatter
 from pipeline.integrity import shard_problems
 from pipeline.manifest_io import read_manifest, shard_sizes
 from schemas.manifest import Manifest, ManifestError
@@ -22,10 +23,14 @@ def problems(data_dir: str, manifest: Manifest) -> list[str]:
     return [str(p) for p in found]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline verify", description=__doc__)
-    parser.add_argument("data_dir")
-    args = parser.parse_args(argv)
+def parser(prog: str = "tokshards verify") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("data_dir", help="a prepared directory (holds manifest.json)")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
+    args = parser(prog).parse_args(argv)
     try:
         manifest = read_manifest(args.data_dir)
     except ManifestError as e:

@@ -237,6 +237,27 @@ def test_worker_install_is_the_base_at_the_launchers_versions(worker_venv, tmp_p
 
 
 @pytest.mark.slow
+def test_the_installed_console_script_runs_its_commands_beside_modules_of_the_same_names(worker_venv, tmp_path):
+    for name in ("train", "pipeline", "model", "schemas"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit(3)\n")
+    tokshards = os.path.join(worker_venv.root, "bin", "tokshards")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([tokshards, *args], cwd=tmp_path, env=worker_venv.env(), capture_output=True, text=True,
+                              timeout=120)
+
+    result = run("corpus", "--output", "stories.txt", "--stories", "20")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "stories.txt").read_text().count("<|endoftext|>") == 20
+    result = run("verify", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.startswith("verify: error:"), result.stderr
+    # A worker's install has no JAX: the train commands say which extra they need, in one line.
+    result = run("train", "--help")
+    assert (result.returncode, result.stderr.strip().splitlines()) == (
+        1, ["train: error: jax is not installed; this command needs the 'train' extra: pip install 'tokshards[train]'"])
+
+
+@pytest.mark.slow
 def test_an_installed_launcher_needs_a_setup_file_or_a_container_only_for_runners_that_ship_it(worker_venv, tmp_path):
     def staged(args: list[str]) -> subprocess.CompletedProcess:
         code = f"from pipeline.prepare.worker_environment import staging_options as s; print(s({args!r}, '.'))"

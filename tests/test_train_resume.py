@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_prepare
 from pipeline.corpus import write_corpus
-from train.__main__ import main
+from train.cli import main
 from train.metrics import METRICS_NAME, read_rows
 
 SIZE = ["--width", "32", "--layers", "1", "--heads", "2", "--seq-len", "32", "--batch-size", "4"]

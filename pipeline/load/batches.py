@@ -1,6 +1,6 @@
 """`batches`: write the batches one host would train on to an .npz, to look at or compare.
 
-    python -m pipeline batches DATA --split train --seq-len 1024 --batch-size 16 \\
+    tokshards batches DATA --split train --seq-len 1024 --batch-size 16 \\
         [--shard-index 0 --shard-count 1] [--seed 0] [--packing concat|document] \\
         --take 100|epoch --out batches.npz
 
@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 
+from pipeline.cli import HelpFormatter
 from pipeline.load.data_spec import parse_data_spec
 from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.rows import SOURCE_TOKENS
@@ -57,22 +58,26 @@ def realized_mixture(config: LoaderConfig, source_tokens: np.ndarray) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline batches", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--seq-len", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, required=True, help="global batch size, over all shards")
-    parser.add_argument("--shard-index", type=int, default=0, help="which part of the global batch to write")
-    parser.add_argument("--shard-count", type=int, default=1, help="equal parts the global batch is split into")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--packing", choices=PACKINGS, default="concat")
-    parser.add_argument("--workers", type=int, default=0, help="prefetch worker processes")
-    parser.add_argument("--take", type=_take, required=True, metavar="K|epoch")
-    parser.add_argument("--out", required=True, help="the .npz file to write")
-    args = parser.parse_args(argv)
+def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
+    p.add_argument("--split", default="train", help="the split to read")
+    p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+    p.add_argument("--batch-size", type=int, required=True, help="global batch size, over all shards")
+    p.add_argument("--shard-index", type=int, default=0, help="which part of the global batch to write")
+    p.add_argument("--shard-count", type=int, default=1, help="equal parts the global batch is split into")
+    p.add_argument("--seed", type=int, default=0, help="the data order's seed")
+    p.add_argument("--packing", choices=PACKINGS, default="concat",
+                   help="concat: documents run on across sequences; document: each sequence starts one")
+    p.add_argument("--workers", type=int, default=0, help="prefetch worker processes")
+    p.add_argument("--take", type=_take, required=True, metavar="K|epoch",
+                   help="how many batches, or 'epoch' for the complete batches of one epoch")
+    p.add_argument("--out", required=True, help="the .npz file to write")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards batches") -> int:
+    args = parser(prog).parse_args(argv)
     try:
         config = LoaderConfig(
             parse_data_spec(args.data),

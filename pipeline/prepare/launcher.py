@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import platform
 import resource
@@ -19,7 +20,9 @@ import time
 
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipeline import storage
+from pipeline import config_file, storage
+from pipeline.cli import HelpFormatter
+from pipeline.config_file import add_option as add_config_option
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
@@ -61,36 +64,40 @@ class PrepareError(RuntimeError):
         self.details = details
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline prepare",
-        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other options go to "
-        "Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location gs://...).",
+        prog=prog,
+        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other options go\n"
+        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location gs://...).",
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     defaults = PrepareConfig()
     add = parser.add_argument
+    add_config_option(parser)
     add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
     add("--output", required=True, help="output directory (local or any Beam filesystem)")
-    add("--format", choices=INPUT_FORMATS, default=None, help="default: from the file name")
+    add("--format", choices=INPUT_FORMATS, default=None, help="input format (default: from the file name)")
     add("--tokenizer", default=defaults.tokenizer,
         help="tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml)")
     add("--bos-token", default=defaults.bos_token,
         help="special token before each document ('none': no BOS; default: the tokenizer's rule)")
     add("--eos-token", default=defaults.eos_token,
         help="special token after each document (default: the tokenizer's rule)")
-    add("--text-field", default=defaults.text_field)
+    add("--text-field", default=defaults.text_field, help="the field or column holding the text (JSONL, Parquet, hf)")
     add("--id-field", default=defaults.id_field,
         help="field or column naming each record, given with every removed document in removals.jsonl")
     add("--separator", default=defaults.separator, help="document separator line (text format)")
-    add("--validation-fraction", type=float, default=defaults.validation_fraction)
+    add("--validation-fraction", type=float, default=defaults.validation_fraction,
+        help="share of documents in the validation split, chosen by a hash of each document")
     add("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
     add("--unit-bytes", type=int, default=defaults.unit_bytes, help="target input bytes per unit")
-    add("--record-tokens", type=int, default=defaults.record_tokens)
+    add("--record-tokens", type=int, default=defaults.record_tokens,
+        help="tokens per ArrayRecord record, the loader's unit of reading")
     add("--max-document-bytes", type=int, default=defaults.max_document_bytes,
         help="longer documents are cut into pieces at a whitespace")
-    add("--hf-split", default=defaults.hf_split)
-    add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name")
+    add("--hf-split", default=defaults.hf_split, help="Hugging Face dataset split to read")
+    add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name (default: the dataset's default)")
     add("--hf-revision", default=None,
         help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
     add("--dedup", choices=DEDUP_MODES, default=defaults.dedup,
@@ -106,9 +113,11 @@ def _parser() -> argparse.ArgumentParser:
         help="words per n-gram for --decontaminate")
     add("--decontaminate-max-matches", type=int, default=defaults.decontaminate_max_matches,
         help="an eval n-gram in more documents than this is common text and removes none (listed in common_ngrams.jsonl)")
-    add("--skip-bad-files", action="store_true", help="record unreadable inputs as skipped")
-    add("--overwrite", action="store_true", help="replace what an earlier prepare run wrote in --output")
-    add("--verbose", action="store_true", help="tracebacks with errors")
+    # Switches that --no-... turns off again, over a config file.
+    switch = argparse.BooleanOptionalAction
+    add("--skip-bad-files", action=switch, default=False, help="record unreadable inputs as skipped")
+    add("--overwrite", action=switch, default=False, help="replace what an earlier prepare run wrote in --output")
+    add("--verbose", action=switch, default=False, help="tracebacks with errors")
     return parser
 
 
@@ -117,15 +126,29 @@ def _paths(value: str) -> list[str]:
     return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = _parser()
-    args, pipeline_args = parser.parse_known_args(argv)
-    own = [s for action in parser._actions for s in action.option_strings]
+def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple[argparse.Namespace, list[str]]:
+    """Our settings (from --config FILE, overridden by flags) and the options that go to Beam."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
+        own = [s for action in parser(prog)._actions for s in action.option_strings]
         beam_job.check_beam_args(pipeline_args, own)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     return args, pipeline_args
+
+
+def main(argv: list[str], prog: str = "tokshards prepare") -> int:
+    # Beam's local job service relays every worker's log lines; keep the progress readable.
+    logging.getLogger("apache_beam.runners.portability").setLevel(logging.ERROR)
+    try:
+        run(argv, prog)
+    except PrepareError as e:
+        if e.details:
+            print(e.details, file=sys.stderr)
+        print(f"prepare: error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _config(args: argparse.Namespace) -> PrepareConfig:
@@ -296,9 +319,9 @@ def _eval_set(config: PrepareConfig) -> EvalSet | None:
     return EvalSet(tuple(config.decontaminate), config.decontaminate_ngram, config.separator)
 
 
-def run(argv: list[str] | None = None) -> Manifest:
+def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manifest:
     """Plan, run the unfinished units, write the manifest. Raises PrepareError on expected failures."""
-    args, pipeline_args = parse_args(argv)
+    args, pipeline_args = parse_args(argv, prog)
     started = time.time()
     try:
         config = _config(args)

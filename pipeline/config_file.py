@@ -1,0 +1,112 @@
+"""`--config FILE`: a command's flags read from a TOML file, the command line overriding them.
+
+A key is a flag's destination (`--unit-bytes` is `unit_bytes`) and takes what the flag takes: the
+same text or a TOML number, `true`/`false` for a switch, a list for a repeatable flag. The file's
+values go through the flag's own parsing (types, choices), so a run from a file and a run from the
+same flags resolve to the same settings, and save the same config.
+
+TOML, read by the standard library's `tomllib`: nothing to install on any machine, and its values
+are typed as written; YAML 1.1 (PyYAML) reads `1e-3` as a string and `no` or `off` as false.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import tomllib
+from collections.abc import Callable
+from typing import Any
+
+# The option's destination; no key of a file.
+CONFIG = "config"
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be read, or a key or value of it that its command refuses."""
+
+
+def add_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", dest=CONFIG, metavar="FILE.toml",
+        help="read the settings from a TOML file: keys are the flags' names with underscores "
+        "(unit_bytes = 1048576); flags given here override it (default: none)",
+    )
+
+
+def parse(
+    make_parser: Callable[[], argparse.ArgumentParser], argv: list[str], known: bool = False
+) -> tuple[argparse.Namespace, list[str]]:
+    """`argv` parsed by `make_parser()`, over the values of the file its `--config` names: the
+    parser's defaults, then the file's, then the command line's. With `known`, the arguments the
+    parser does not know are returned (as `parse_known_args` does) instead of refused."""
+    parser = make_parser()
+    bare = make_parser()
+    # --help, and the usage line of an error, show the parser as its command defines it.
+    bare.format_help, bare.format_usage = parser.format_help, parser.format_usage
+    given, _ = _given(bare, argv, known)
+    if CONFIG not in given:
+        return parser.parse_known_args(argv) if known else (parser.parse_args(argv), [])
+    from_file = read(given[CONFIG], make_parser())
+    for action in parser._actions:
+        if action.dest in from_file:
+            action.default = from_file[action.dest]
+            action.required = False
+    args, rest = parser.parse_known_args(argv) if known else (parser.parse_args(argv), [])
+    # A repeatable flag given here replaces the file's list instead of extending it.
+    for dest, value in given.items():
+        setattr(args, dest, value)
+    return args, rest
+
+
+def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The settings of a config file, by destination, each parsed by its flag."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read the config file ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigFileError(f"{path}: not TOML: {e}") from None
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in (CONFIG, "help")}
+    values = {}
+    for key, value in table.items():
+        if key not in actions:
+            close = difflib.get_close_matches(key, actions, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; the keys are: {', '.join(sorted(actions))}"
+            raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
+        try:
+            given, _ = _given(parser, _tokens(actions[key], value), known=False, raising=True)
+        except (argparse.ArgumentError, TypeError) as e:
+            raise ConfigFileError(f"{path}: {key} = {value!r}: {getattr(e, 'message', e)}") from None
+        values.update(given)
+    return values
+
+
+def _tokens(action: argparse.Action, value: Any) -> list[str]:
+    """The command-line arguments that give `value` to `action`."""
+    flag = action.option_strings[0]
+    if action.nargs == 0:  # a switch
+        if not isinstance(value, bool):
+            raise TypeError("expected true or false")
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return [flag if value else f"--no-{flag.removeprefix('--')}"]
+        return [flag] if value == action.const else []
+    items = value if isinstance(action, argparse._AppendAction) and isinstance(value, list) else [value]
+    if any(isinstance(v, (bool, list, dict)) for v in items):
+        raise TypeError("expected a string or a number")
+    return [f"{flag}={v}" for v in items]
+
+
+def _given(
+    parser: argparse.ArgumentParser, argv: list[str], known: bool, raising: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """Only the settings that `argv` itself gives: no defaults, nothing required. `raising` turns a
+    bad value into an ArgumentError instead of an exit with the usage line."""
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    parser.exit_on_error = not raising
+    args, rest = parser.parse_known_args(argv)
+    if rest and not known:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return vars(args), rest
