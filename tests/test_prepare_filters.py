@@ -19,6 +19,7 @@ from pipeline import inspect_dataset
 from pipeline.prepare import launcher
 from pipeline.prepare.cleaning.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
 from schemas import formats
+from web_text import held_out_documents, prose
 
 CLASSES = {
     "gopher-quality": GopherQualityFilter,
@@ -26,40 +27,8 @@ CLASSES = {
     "c4": C4QualityFilter,
     "fineweb": FineWebQualityFilter,
 }
-STOP = ["the", "of", "and", "to", "with", "that", "have", "be", "a", "in", "is", "it"]
-CONTENT = ["river", "garden", "window", "morning", "teacher", "library", "journey", "kitchen", "music", "village",
-           "ancient", "quietly", "remember", "question", "answer", "bright", "station", "letter", "mountain", "story"]
-# Long enough to be cut at --max-document-bytes; the filters must see them whole.
+# Long documents of web_text are cut at this; the filters must see them whole.
 MAX_DOCUMENT_BYTES = 4096
-
-
-def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(STOP if rng.random() < 0.45 else CONTENT) for _ in range(rng.randint(6, 16))]
-    return words[0].capitalize() + " " + " ".join(words[1:]) + rng.choice([".", ".", "!", "?"])
-
-
-def _prose(rng: random.Random, paragraphs: int) -> str:
-    return "\n".join(" ".join(_sentence(rng) for _ in range(rng.randint(1, 5))) for _ in range(paragraphs))
-
-
-def held_out_documents(seed: int = 0) -> list[str]:
-    """Web-like documents of every kind the rules are about: prose, menus, repeated lines, code,
-    bullets, boilerplate, very short and very long (cut) documents."""
-    rng = random.Random(seed)
-    kinds = [
-        lambda: _prose(rng, rng.randint(3, 12)),
-        lambda: _prose(rng, rng.randint(3, 8)) + "\nThis site uses cookies.\nHome | About | Contact",
-        lambda: "\n".join(rng.sample(["Home", "About us", "Products", "Contact", "Login", "Blog", "Careers"], 5)),
-        lambda: (_sentence(rng) + "\n") * rng.randint(3, 30),
-        lambda: "\n".join(f"def f{i}(x):\n    return {{'v': x * {i}}}" for i in range(rng.randint(2, 20))),
-        lambda: "\n".join("- " + _sentence(rng) for _ in range(rng.randint(3, 12))),
-        lambda: "\n".join(_sentence(rng)[:-1] + "..." for _ in range(rng.randint(3, 10))),
-        lambda: _prose(rng, 4) + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.",
-        lambda: rng.choice(["Short.", "ok", "Buy now!", "the the the"]),
-        lambda: _prose(rng, rng.randint(25, 50)),  # several KB: cut into pieces
-        lambda: " ".join(["word"] * rng.randint(600, 1500)),
-    ]
-    return [kinds[i % len(kinds)]() for i in range(220)]
 
 
 def datatrove_kept(names: list[str], docs: list[str]) -> dict[int, str | None]:
@@ -147,7 +116,7 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):
-    prose = _prose(random.Random(3), 60)[:6000]
+    prose = prose(random.Random(3), 60)[:6000]
     docs = [prose, prose[:3000], " ".join(["word"] * 700)]  # cut at 2048 bytes; the first over the bound
     out = str(tmp_path / "out")
     manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "gopher-repetition",

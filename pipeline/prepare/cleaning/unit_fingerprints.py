@@ -24,7 +24,7 @@ from pipeline.prepare.cleaning.eval_sets import EvalSet
 from pipeline.prepare.cleaning.quality_filters import TOO_LONG, QualityFilters
 from pipeline.prepare.cleaning.fingerprints import ExactKey, MinHasher, NgramStream, exact_key, ngram_hashes, word_hashes
 from pipeline.prepare.cleaning.unit_documents import numbered_documents
-from pipeline.prepare.documents import DocumentPiece, Tally
+from pipeline.prepare.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.sources import SourceError
 from pipeline.prepare.sources.base import ContentDigest
 from pipeline.prepare.units import WorkUnit
@@ -145,7 +145,7 @@ class _Collector:
 
     def whole(self, number: int, text: str, location: int, id: Any) -> None:
         self._where(number, location, id)
-        if self._filtered(number, text if _within(text, self._filter_bytes) else None):
+        if self._filtered(number, None if is_long(text, self._filter_bytes) else text):
             return
         if self._exact:
             self.exact.append((number, exact_key(text)))
@@ -170,7 +170,7 @@ class _Collector:
             self._cut = (number, _Cut(self._minhasher, self._evals))
         cut = self._cut[1]
         if self._filters is not None and cut.texts is not None:
-            cut.bytes += _size(piece.text)
+            cut.bytes += len(piece.text.encode("utf-8", "surrogatepass"))
             if cut.bytes <= self._filter_bytes:
                 cut.texts.append(piece.text)
             else:
@@ -220,15 +220,6 @@ class _Collector:
             eval_files=self._evals.files[all_hits].astype(np.int64) if self._evals else np.zeros(0, dtype=np.int64),
             filtered=self.filtered,
         )
-
-
-def _size(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def _within(text: str, limit: int) -> bool:
-    """`_size(text) <= limit`, without encoding a text too short to pass it (4 bytes a character at most)."""
-    return 4 * len(text) <= limit or _size(text) <= limit
 
 
 def fingerprint_unit(
