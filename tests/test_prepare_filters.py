@@ -116,8 +116,8 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):
-    prose = prose(random.Random(3), 60)[:6000]
-    docs = [prose, prose[:3000], " ".join(["word"] * 700)]  # cut at 2048 bytes; the first over the bound
+    text = prose(random.Random(3), 60)[:6000]
+    docs = [text, text[:3000], " ".join(["word"] * 700)]  # cut at 2048 bytes; the first over the bound
     out = str(tmp_path / "out")
     manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "gopher-repetition",
                            "--max-document-bytes", "2048", "--filter-max-document-bytes", "4096")

@@ -2,7 +2,7 @@
 
 The rules are datatrove's (Gopher quality and repetition, C4, FineWeb), called as its pipeline calls
 them: one `Document` passed through the filters in the order asked for, the first that returns
-False removing it. A removal's reason is `filter:NAME:REASON`, REASON being what that filter gives
+False removing it (its words split once for them all: see `shared_words`). A removal's reason is `filter:NAME:REASON`, REASON being what that filter gives
 (`gopher_short_doc`, `dup_line_frac`, ...), or `filter:NAME` where it gives none. Parameters are
 the filter classes' keyword arguments, their defaults datatrove's.
 
@@ -92,9 +92,13 @@ class QualityFilters:
     """The filters of a run, built once per worker."""
 
     def __init__(self, names: list[str], params: Mapping[str, Mapping[str, Any]]):
-        self._filters = [(name, filter_class(name)(**params.get(name, {}))) for name in names]
         from datatrove.data import Document
         from datatrove.pipeline.filters.base_filter import get_filter_result
+
+        from pipeline.prepare.cleaning.shared_words import SharedWords
+
+        words = SharedWords()
+        self._filters = [(name, filter_class(name)(**params.get(name, {}), language=words)) for name in names]
 
         self._document, self._result = Document, get_filter_result
 
