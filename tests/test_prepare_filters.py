@@ -31,19 +31,27 @@ CLASSES = {
 MAX_DOCUMENT_BYTES = 4096
 
 
-def datatrove_kept(names: list[str], docs: list[str]) -> dict[int, str | None]:
-    """Per document, None where datatrove's filters (chained as its pipeline chains them) keep it,
-    else the removing filter's name and reason."""
+def datatrove_run(names: list[str], docs: list[str]) -> dict[int, tuple[str | None, str]]:
+    """Per document, what datatrove's filters (chained as its pipeline chains them) make of it:
+    `(None, the text they keep)`, or `(the removing filter's name and reason, the input text)`."""
     filters = [(name, CLASSES[name]()) for name in names]
     out = {}
     for i, text in enumerate(docs):
-        document, out[i] = Document(text=text, id=str(i)), None
+        document = Document(text=text, id=str(i))
+        out[i] = (None, document.text)
         for name, rule in filters:
             kept, reason = get_filter_result(rule.filter(document))
             if not kept:
-                out[i] = f"filter:{name}:{reason}" if reason else f"filter:{name}"
+                out[i] = (f"filter:{name}:{reason}" if reason else f"filter:{name}", text)
                 break
+        else:
+            out[i] = (None, document.text)
     return out
+
+
+def datatrove_kept(names: list[str], docs: list[str]) -> dict[int, str | None]:
+    """Per document, None where datatrove's filters keep it, else why they remove it."""
+    return {i: why for i, (why, _) in datatrove_run(names, docs).items()}
 
 
 def _removals(output: str) -> list[dict]:
@@ -52,11 +60,11 @@ def _removals(output: str) -> list[dict]:
 
 
 def _check_same_as_datatrove(names: list[str], docs: list[str], output: str, manifest, encoding) -> None:
-    expected = datatrove_kept(names, docs)
+    run = datatrove_run(names, docs)
     removed = {r["id"]: r["reason"] for r in _removals(output)}
-    assert removed == {i: why for i, why in expected.items() if why is not None}
+    assert removed == {i: why for i, (why, _) in run.items() if why is not None}
     assert all(r["line"] == r["id"] + 1 and r["path"].endswith("web.jsonl") for r in _removals(output))
-    kept = [docs[i] for i, why in expected.items() if why is None]
+    kept = [text for why, text in run.values() if why is None]  # as the filters leave them (C4 drops lines)
     # A cut document is stored as its pieces: every other kept document is stored whole.
     decoded = decoded_documents(output, encoding)
     whole = [d for d in kept if len(d.encode()) <= MAX_DOCUMENT_BYTES]
@@ -81,12 +89,15 @@ def test_each_filter_keeps_what_datatrove_keeps(name, tmp_path, encoding):
                            "--max-document-bytes", str(MAX_DOCUMENT_BYTES), "--unit-bytes", "16384")
     assert manifest.counts["cut_documents"] > 0 and manifest.num_units > 2
     _check_same_as_datatrove([name], docs, out, manifest, encoding)
+    if name == "c4":  # the documents it keeps lose lines, cut ones too
+        edited = [i for i, (why, text) in datatrove_run([name], docs).items() if why is None and text != docs[i]]
+        assert any(len(docs[i].encode()) > MAX_DOCUMENT_BYTES for i in edited) and len(edited) > 10
 
 
 def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_path, encoding, capsys):
     docs = held_out_documents(seed=1)
     docs += [docs[0], docs[0]]  # copies of a kept document: dedup removes them
-    names = ["gopher-repetition", "gopher-quality", "fineweb"]
+    names = ["gopher-repetition", "c4", "gopher-quality", "fineweb"]
     out = str(tmp_path / "out")
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
     args = ["--filter", ",".join(names), "--dedup", "exact", "--max-document-bytes", str(MAX_DOCUMENT_BYTES)]

@@ -36,7 +36,7 @@ def held_out_documents(seed: int = 0, count: int = 220) -> list[str]:
         lambda: "\n".join(sentence(rng)[:-1] + "..." for _ in range(rng.randint(3, 10))),
         lambda: prose(rng, 4) + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.",
         lambda: rng.choice(["Short.", "ok", "Buy now!", "the the the"]),
-        lambda: prose(rng, rng.randint(25, 50)),  # several KB
+        lambda: prose(rng, rng.randint(12, 25)) + "\nRead more\nShare | Tweet\n" + prose(rng, rng.randint(12, 25)),  # KBs
         lambda: " ".join(["word"] * rng.randint(600, 1500)),
     ]
     return [kinds[i % len(kinds)]() for i in range(count)]

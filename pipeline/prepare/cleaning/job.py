@@ -30,6 +30,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import storage
 from pipeline.prepare import beam_job
+from pipeline.prepare.cleaning.edits import write_edits
 from pipeline.prepare.cleaning.eval_sets import eval_set
 from pipeline.prepare.cleaning.removals import (
     EXACT,
@@ -88,6 +89,8 @@ def unit_fingerprints(unit: WorkUnit, context: RunContext, filters: QualityFilte
         else None
     )
     fingerprints = fingerprint_unit(unit, config, evals, filters)
+    if filters is not None:
+        write_edits(context.output_dir, unit.index, fingerprints.edits)
     storage.write_bytes_atomic(fingerprints_path(context.output_dir, unit.index), fingerprints.to_bytes(fingerprints_key(context)))
     return fingerprints
 

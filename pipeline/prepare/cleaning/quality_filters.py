@@ -6,10 +6,12 @@ False removing it (its words split once for them all: see `shared_words`). A rem
 (`gopher_short_doc`, `dup_line_frac`, ...), or `filter:NAME` where it gives none. Parameters are
 the filter classes' keyword arguments, their defaults datatrove's.
 
+A filter may also change the documents it keeps (datatrove's C4 filter drops their lines without
+terminal punctuation, or about javascript or cookies): the kept text is then the filters' text, the
+one deduplicated and tokenized (see `unit_fingerprints`).
+
 Only English: datatrove's English word tokenizer is spaCy's blank pipeline, which needs no model,
-while other languages' tokenizers fetch models (nltk, stanza) at run time. datatrove's C4 filter
-also drops lines from the documents it keeps; here it only decides which documents are removed, and
-the kept ones are tokenized as read.
+while other languages' tokenizers fetch models (nltk, stanza) at run time.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> 
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise FilterError(f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}")
-    QualityFilters(names, params).reason("A check of the filters' parameters.")
+    QualityFilters(names, params).judge("A check of the filters' parameters.")
 
 
 class QualityFilters:
@@ -102,8 +104,9 @@ class QualityFilters:
 
         self._document, self._result = Document, get_filter_result
 
-    def reason(self, text: str) -> str | None:
-        """Why the first filter that removes this document does, or None when all keep it."""
+    def judge(self, text: str) -> tuple[str | None, str]:
+        """Why the first filter that removes this document does (None when all keep it), and its
+        text as the filters leave it (C4's drops lines of the documents it keeps)."""
         document = self._document(text=text, id="")
         for name, rule in self._filters:
             try:
@@ -111,5 +114,5 @@ class QualityFilters:
             except (TypeError, ValueError, ZeroDivisionError) as e:
                 raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
             if not kept:
-                return f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"
-        return None
+                return (f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"), text
+        return None, document.text

@@ -35,6 +35,7 @@ FINGERPRINTS_DIR = "fingerprints"
 SAMPLES_PER_REASON = 3
 SAMPLE_CHARS = 160
 _JSON_FIELDS = ("ids", "filtered")
+_NOT_ARRAYS = (*_JSON_FIELDS, "edits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +60,10 @@ class UnitFingerprints:
     eval_hits: np.ndarray
     eval_files: np.ndarray
     filtered: list = dataclasses.field(default_factory=list)
+    edits: list = dataclasses.field(default_factory=list)  # `[number, text]`, written apart (see `edits`)
 
     def to_bytes(self, key: str) -> bytes:
-        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in _JSON_FIELDS}
+        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in _NOT_ARRAYS}
         texts = {name: np.array(json.dumps(getattr(self, name))) for name in _JSON_FIELDS}
         out = io.BytesIO()
         np.savez(out, key=np.array(key), **texts, **arrays)
@@ -73,7 +75,7 @@ class UnitFingerprints:
         with np.load(io.BytesIO(data)) as arrays:
             if str(arrays["key"]) != key:
                 return None
-            values = {f.name: arrays[f.name] for f in dataclasses.fields(cls) if f.name not in _JSON_FIELDS}
+            values = {f.name: arrays[f.name] for f in dataclasses.fields(cls) if f.name not in _NOT_ARRAYS}
             texts = {name: json.loads(str(arrays[name])) for name in _JSON_FIELDS}
         return cls(**{**values, **texts, "unit": int(values["unit"]), "documents": int(values["documents"])})
 
@@ -117,6 +119,7 @@ class _Collector:
         self._filters = filters
         self._filter_bytes = config.filter_max_document_bytes
         self.filtered: list[list] = []
+        self.edits: list[list] = []
         self._samples: dict[str, int] = {}
         self.locations: list[int] = []
         self.ids: list[Any] = []
@@ -130,23 +133,29 @@ class _Collector:
             self.locations.append(location)
             self.ids.append(_json_value(id))
 
-    def _filtered(self, number: int, text: str | None) -> bool:
-        """Whether the filters remove this document (`text` None: too long to read whole)."""
+    def _judged(self, number: int, text: str | None) -> str | None:
+        """The document's text as the filters keep it, or None when they remove it (`text` None:
+        too long to hold whole). A text they change is kept in `edits`."""
         if self._filters is None:
-            return False
-        reason = TOO_LONG if text is None else self._filters.reason(text)
+            return text
+        reason, kept = (TOO_LONG, "") if text is None else self._filters.judge(text)
         if reason is None:
-            return False
+            if kept != text:
+                self.edits.append([number, kept])
+            return kept
         sampled = self._samples.get(reason, 0)
         self._samples[reason] = sampled + 1
         excerpt = text[:SAMPLE_CHARS] if text is not None and sampled < SAMPLES_PER_REASON else None
         self.filtered.append([number, reason, excerpt])
-        return True
+        return None
 
     def whole(self, number: int, text: str, location: int, id: Any) -> None:
         self._where(number, location, id)
-        if self._filtered(number, None if is_long(text, self._filter_bytes) else text):
-            return
+        kept = self._judged(number, None if is_long(text, self._filter_bytes) else text)
+        if kept is not None:
+            self._fingerprint(number, kept)
+
+    def _fingerprint(self, number: int, text: str) -> None:
         if self._exact:
             self.exact.append((number, exact_key(text)))
         if self._minhasher is None and self._evals is None:
@@ -189,8 +198,13 @@ class _Collector:
             return
         number, cut = self._cut
         self._cut = None
-        if self._filtered(number, None if cut.texts is None else "".join(cut.texts)):
-            return
+        if self._filters is not None:
+            whole = None if cut.texts is None else "".join(cut.texts)
+            kept = self._judged(number, whole)
+            if kept != whole:  # removed, or changed: what was gathered piece by piece is not what is kept
+                if kept is not None:
+                    self._fingerprint(number, kept)
+                return
         if self._exact:
             self.exact.append((number, cut.exact.digest()))
         if cut.near is not None and cut.near.words >= self._minhasher.ngram:
@@ -219,6 +233,7 @@ class _Collector:
             eval_hits=all_hits,
             eval_files=self._evals.files[all_hits].astype(np.int64) if self._evals else np.zeros(0, dtype=np.int64),
             filtered=self.filtered,
+            edits=self.edits,
         )
 
 
