@@ -23,8 +23,8 @@ from pipeline import storage
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
-from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.cleaning.dry_run import dry_run_report
+from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.cleaning.job import build_cleaning, is_cleaned
 from pipeline.prepare.cleaning.quality_filters import FilterError, check_filters, parse_parameter
 from pipeline.prepare.cleaning.removals import cleans

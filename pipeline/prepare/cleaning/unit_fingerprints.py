@@ -21,8 +21,8 @@ import numpy as np
 
 from pipeline import storage
 from pipeline.prepare.cleaning.eval_sets import EvalSet
-from pipeline.prepare.cleaning.quality_filters import TOO_LONG, QualityFilters
 from pipeline.prepare.cleaning.fingerprints import ExactKey, MinHasher, NgramStream, exact_key, ngram_hashes, word_hashes
+from pipeline.prepare.cleaning.quality_filters import TOO_LONG, QualityFilters
 from pipeline.prepare.cleaning.unit_documents import numbered_documents
 from pipeline.prepare.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.sources import SourceError
