@@ -180,6 +180,13 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
         with pytest.raises(launcher.PrepareError, match=message):
             run_prepare([path], out, *args)
     assert not os.path.exists(out)
+    # A JSON list is a tuple where the class declares one.
+    docs = held_out_documents(count=60)
+    run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "fineweb",
+                "--filter-param", 'fineweb.stop_chars=["!"]')
+    rule = FineWebQualityFilter(stop_chars=("!",))
+    want = {i for i, d in enumerate(docs) if not get_filter_result(rule.filter(Document(text=d, id="")))[0]}
+    assert {r["id"] for r in _removals(out)} == want != {i for i, w in datatrove_kept(["fineweb"], docs).items() if w}
 
 
 @pytest.mark.slow

@@ -90,6 +90,16 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> 
     QualityFilters(names, params).judge("A check of the filters' parameters.")
 
 
+def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON's lists as tuples where the class declares a tuple (FineWeb's `stop_chars` goes to
+    `str.endswith`)."""
+    declared = inspect.signature(filter_class(name).__init__).parameters
+    return {
+        key: tuple(value) if isinstance(value, list) and "tuple" in str(declared[key].annotation) else value
+        for key, value in values.items()
+    }
+
+
 class QualityFilters:
     """The filters of a run, built once per worker."""
 
@@ -100,7 +110,7 @@ class QualityFilters:
         from pipeline.prepare.cleaning.shared_words import SharedWords
 
         words = SharedWords()
-        self._filters = [(name, filter_class(name)(**params.get(name, {}), language=words)) for name in names]
+        self._filters = [(name, filter_class(name)(**_declared(name, params.get(name, {})), language=words)) for name in names]
 
         self._document, self._result = Document, get_filter_result
 
