@@ -1,6 +1,7 @@
 """Packaging, one extra per role; the base install is exactly what a `prepare` worker needs.
 
-- the launcher of a Dataflow run: `pip install -e '.[gcp]'` (add `hf` for Hugging Face inputs);
+- the launcher of a Dataflow run: `pip install -e '.[gcp]'` (add `hf` for Hugging Face inputs,
+  `filters` for quality filters);
 - the launcher and the workers of a Dask cluster: `pip install -e '.[dask]'`;
 - its workers: the base install, pinned to the launcher's versions by
   `pipeline.prepare.worker_environment`, with this file shipped as `--setup_file`;
@@ -33,6 +34,9 @@ PREPARE = [
 # workers read through `huggingface_hub`. An extra, not the base: it brings pandas, dill,
 # multiprocess and an HTTP stack that every worker would install for runs that read no hub data.
 HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
+# Quality filters (`--filter`): datatrove's filter classes, and spaCy for the English word
+# tokenizer they split text with (a blank pipeline, no model to download).
+FILTERS = ["datatrove>=0.10.1", "spacy>=3.8"]
 LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
 TRAIN = LOAD + [
     "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
@@ -66,7 +70,8 @@ setup(
         "train": TRAIN,
         "gcp": GCP,
         "dask": DASK,
-        "dev": HF + TRAIN + GCP + DASK + TEST,
+        "filters": FILTERS,
+        "dev": HF + FILTERS + TRAIN + GCP + DASK + TEST,
     },
     entry_points={"console_scripts": ["tokshards = pipeline.cli:run"]},
 )

@@ -32,6 +32,8 @@ DEFAULT_NEAR_NGRAM = 5
 DEFAULT_NEAR_BANDS = 14
 DEFAULT_NEAR_ROWS = 8
 MAX_NEAR_HASHES = 1024
+# datatrove's filters by the names `--filter` takes (pipeline/prepare/cleaning/quality_filters.py).
+FILTER_NAMES = ("gopher-quality", "gopher-repetition", "c4", "fineweb")
 
 
 def near_threshold(bands: int, rows: int) -> float:
@@ -71,8 +73,18 @@ class PrepareConfig:
     near_ngram: int = DEFAULT_NEAR_NGRAM
     near_bands: int = DEFAULT_NEAR_BANDS
     near_rows: int = DEFAULT_NEAR_ROWS
+    # Quality filters, in the order they run, and their parameters by filter name (keyword arguments
+    # of datatrove's classes); a document longer than filter_max_document_bytes is removed unread.
+    filters: list[str] = dataclasses.field(default_factory=list)
+    filter_params: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    filter_max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.filters) - set(FILTER_NAMES))
+        if unknown:
+            raise ValueError(f"unknown filters {unknown}; expected some of {FILTER_NAMES}")
+        if self.filter_max_document_bytes < 1024:
+            raise ValueError(f"filter_max_document_bytes must be at least 1024 (got {self.filter_max_document_bytes=})")
         if self.dedup not in DEDUP_MODES:
             raise ValueError(f"unknown dedup mode {self.dedup!r}; expected one of {DEDUP_MODES}")
         if self.decontaminate_ngram < 1:
@@ -304,6 +316,13 @@ JSON_SCHEMA: dict[str, Any] = {
                     "near_ngram": {"type": "integer", "minimum": 1},
                     "near_bands": {"type": "integer", "minimum": 1},
                     "near_rows": {"type": "integer", "minimum": 1},
+                    "filters": {"type": "array", "items": {"enum": list(FILTER_NAMES)}},
+                    "filter_params": {
+                        "type": "object",
+                        "propertyNames": {"enum": list(FILTER_NAMES)},
+                        "additionalProperties": {"type": "object"},
+                    },
+                    "filter_max_document_bytes": {"type": "integer", "minimum": 1024},
                 },
                 # Fields added since version 3 take their defaults when a manifest lacks them.
                 required=[

@@ -31,7 +31,10 @@ from pipeline.prepare.worker_environment import (
     version_mismatch,
     worker_requirements,
 )
+from pipeline.prepare.launcher import worker_extras
+from pipeline.prepare.planning import make_plan
 from schemas import formats
+from schemas.manifest import PrepareConfig
 
 if TYPE_CHECKING:
     from worker_venv import WorkerVenv
@@ -61,6 +64,9 @@ def _pins(lines: list[str]) -> dict[str, str]:
 def test_sdist_holds_every_module_and_asset(worker_sdist):
     with tarfile.open(worker_sdist) as tar:
         shipped = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    with tarfile.open(worker_sdist) as tar:
+        requires = tar.extractfile(next(n for n in tar.getnames() if n.endswith("egg-info/requires.txt"))).read().decode()
+    assert "[filters]\ndatatrove>=" in requires, "the filters extra ships with the sdist"
     patterns = ["pipeline/**/*.py", "schemas/*.py", "model/**/*.py", "train/**/*.py", "schemas/*.json"]
     found = [path for pattern in patterns for path in glob.glob(os.path.join(REPO, pattern), recursive=True)]
     expected = {os.path.relpath(path, REPO) for path in found}
@@ -97,6 +103,24 @@ def test_worker_requirements_add_an_extra_only_when_asked():
     assert not {"jax", "grain"} & set(hf)
     with pytest.raises(ValueError, match=r"unknown extras \['trian'\].*declares \[.*'train'"):
         worker_requirements(["trian"])
+
+
+def test_a_filtered_run_ships_and_records_datatrove_and_spacy(tmp_path):
+    base, filters = _pins(worker_requirements()), _pins(worker_requirements(["filters"]))
+    for name in ("datatrove", "spacy", "thinc", "loguru"):
+        assert filters[name] == importlib.metadata.version(name) and name not in base
+    assert not NOT_FOR_WORKERS & set(filters)
+    versions = package_versions(("filters",))
+    assert versions["datatrove"] == importlib.metadata.version("datatrove") and "datatrove" not in package_versions()
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("one document\n")
+    config = PrepareConfig(filters=["c4"])
+    assert worker_extras(make_plan([str(corpus)], config)) == ("filters",)
+    assert worker_extras(make_plan([str(corpus)], PrepareConfig())) == ()
+    added = staging_options(DATAFLOW, str(tmp_path), ["filters"])
+    staged = open(tmp_path / worker_environment.REQUIREMENTS_NAME).read().splitlines()[1:]
+    assert f"--requirements_file={tmp_path / worker_environment.REQUIREMENTS_NAME}" in added
+    assert f"datatrove=={versions['datatrove']}" in staged and f"spacy=={versions['spacy']}" in staged
 
 
 def test_package_versions_are_the_installed_ones():

@@ -26,8 +26,10 @@ from pipeline.config_file import add_option as add_config_option
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
+from pipeline.prepare.cleaning.dry_run import dry_run_report
 from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.cleaning.job import build_cleaning, is_cleaned
+from pipeline.prepare.cleaning.quality_filters import FilterError, check_filters, parse_parameter
 from pipeline.prepare.cleaning.removals import cleans
 from pipeline.prepare.failures import read_failures, remote_failures_dir
 from pipeline.prepare.finalize import (
@@ -53,7 +55,7 @@ from pipeline.prepare.worker_environment import package_versions, staging_option
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
-from schemas.manifest import DEDUP_MODES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
+from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
 
 
 class PrepareError(RuntimeError):
@@ -115,6 +117,15 @@ def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
         help="an eval n-gram in more documents than this is common text and removes none (listed in common_ngrams.jsonl)")
     # Switches that --no-... turns off again, over a config file.
     switch = argparse.BooleanOptionalAction
+    add("--filter", dest="filters", type=_names, default=defaults.filters, metavar="NAME[,NAME...]",
+        help=f"quality filters (datatrove's), run in this order on whole documents before dedup: {', '.join(FILTER_NAMES)}")
+    add("--filter-param", dest="filter_params", action="append", type=_parameter, default=[], metavar="NAME.KEY=VALUE",
+        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as JSON), e.g. "
+        "gopher-quality.min_doc_words=30; repeatable")
+    add("--filter-max-document-bytes", type=int, default=defaults.filter_max_document_bytes,
+        help="longer documents are removed (filter:too_long) instead of being held whole for the filters")
+    add("--filter-dry-run", action=switch, default=False,
+        help="run the cleaning stage only and print what each rule removes, with samples; write no shards")
     add("--skip-bad-files", action=switch, default=False, help="record unreadable inputs as skipped")
     add("--overwrite", action=switch, default=False, help="replace what an earlier prepare run wrote in --output")
     add("--verbose", action=switch, default=False, help="tracebacks with errors")
@@ -124,6 +135,25 @@ def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
 def _paths(value: str) -> list[str]:
     """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
     return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
+
+
+def _names(value: str) -> list[str]:
+    return [name for name in value.split(",") if name]
+
+
+def _parameter(value: str) -> tuple[str, str, object]:
+    try:
+        return parse_parameter(value)
+    except FilterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, object]]:
+    """`--filter-param` values by filter, keys sorted: the config is the same however they were ordered."""
+    params: dict[str, dict[str, object]] = {}
+    for name, key, value in given:
+        params.setdefault(name, {})[key] = value
+    return {name: dict(sorted(values.items())) for name, values in sorted(params.items())}
 
 
 def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple[argparse.Namespace, list[str]]:
@@ -155,7 +185,10 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
     tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
     model by the commit its revision names now."""
-    config = PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
+    config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
+    if config.filters or config.filter_params:
+        check_filters(config.filters, config.filter_params)
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
     if is_hub_spec(config.tokenizer):
@@ -173,8 +206,10 @@ def _bytes_read() -> int:
 
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files."""
-    return ("hf",) if any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs) else ()
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files,
+    datatrove for quality filters."""
+    hub = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
+    return ("hf",) * hub + ("filters",) * bool(plan.config.filters)
 
 
 def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:
@@ -190,8 +225,9 @@ def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed:
             )
 
 
-def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> dict:
-    """Runs the units not done yet; returns what run_info.json records of it.
+def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, dry_run: bool = False) -> dict:
+    """Runs the units not done yet; returns what run_info.json records of it. A dry run runs the
+    cleaning stage alone and returns its report.
 
     A unit is done if its record is of this plan and every shard it names is in place; any other
     record is deleted first, so that its unit runs again instead of reading as finished.
@@ -237,6 +273,8 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
         if not local:
             storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
         cleaning_seconds = _run_cleaning(plan, context, options, local, verbose)
+        if dry_run:
+            return {"report": dry_run_report(context, list(plan.units))}
         if pending:
             progress = Progress(
                 poll,
@@ -302,9 +340,10 @@ def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose
 
 
 def _cleaning_rules(config: PrepareConfig) -> str:
-    rules = [f"dedup {config.dedup}"]
+    rules = [f"filters {','.join(config.filters)}"] if config.filters else []
+    rules.append(f"dedup {config.dedup}")
     if config.dedup == "near":
-        rules[0] += (f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
+        rules[-1] += (f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
                      f"threshold about {near_threshold(config.near_bands, config.near_rows):.2f}")
     if config.decontaminate:
         rules.append(f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at most "
@@ -319,8 +358,9 @@ def _eval_set(config: PrepareConfig) -> EvalSet | None:
     return EvalSet(tuple(config.decontaminate), config.decontaminate_ngram, config.separator)
 
 
-def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manifest:
-    """Plan, run the unfinished units, write the manifest. Raises PrepareError on expected failures."""
+def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manifest | None:
+    """Plan, run the unfinished units, write the manifest (None for a dry run). Raises PrepareError
+    on expected failures."""
     args, pipeline_args = parse_args(argv, prog)
     started = time.time()
     try:
@@ -341,6 +381,8 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
     if state == COMPLETE:
         print(f"{output_dir} is already complete for these inputs and config; nothing to do", file=sys.stderr)
         return Manifest.from_json(storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME)))
+    if args.filter_dry_run:
+        return _dry_run(plan, output_dir, pipeline_args, args.verbose)
     try:
         ran = _run_pending(plan, output_dir, pipeline_args, args.verbose)
         run_info = {
@@ -357,6 +399,20 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
         raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)
     return manifest
+
+
+def _dry_run(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> None:
+    """Prints what the cleaning stage removes. Its work is kept in the output directory: a run with
+    the same inputs and config, without --filter-dry-run, goes on to tokenize from there."""
+    if not cleans(plan.config):
+        raise PrepareError("--filter-dry-run needs a cleaning rule: --filter (or --dedup, --decontaminate)")
+    try:
+        ran = _run_pending(plan, output_dir, pipeline_args, verbose, dry_run=True)
+    except OSError as e:
+        raise PrepareError(str(e)) from None
+    print(ran["report"])
+    print(f"dry run: no shards written; rerun without --filter-dry-run to write them (the cleaning done in "
+          f"{output_dir} is kept), or with other rules and --overwrite", file=sys.stderr)
 
 
 def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:

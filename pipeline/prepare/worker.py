@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from pipeline import storage
+from pipeline.prepare.cleaning.edits import edited_documents, read_edits
 from pipeline.prepare.cleaning.removals import cleans, removed_numbers
 from pipeline.prepare.cleaning.unit_documents import kept_documents, numbered_documents
 from pipeline.prepare.documents import DocumentPiece, Read, Reject, Tally
@@ -210,8 +211,10 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
     writer = _UnitWriter(context, unit, tokenizer)
     removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
+    edits = read_edits(context.output_dir, unit.index) if config.filters else {}
     try:
-        for read in kept_documents(numbered_documents(unit, config, tally, digest), removed):
+        numbered = edited_documents(numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes)
+        for read in kept_documents(numbered, removed):
             writer.add(read)
         writer.flush()
         shards = writer.shards.close()

@@ -1,7 +1,7 @@
-"""The cleaning stage: a Beam job run before the tokenizing one when `--dedup` or `--decontaminate`
-is asked for.
+"""The cleaning stage: a Beam job run before the tokenizing one when `--filter`, `--dedup` or
+`--decontaminate` is asked for.
 
-    units -> Fingerprint (per unit, kept in the state directory)
+    units -> Fingerprint (per unit: quality filters, then fingerprints; kept in the state directory)
           -> CountEvalMatches (in how many documents each eval n-gram is) -> CommonNgrams
           -> KeyDocuments (per unit: the contaminated documents, and the others' keys by bucket)
           -> GroupKeyBuckets -> FindDuplicates -> GroupByUnit -> WriteRemovalLists -> MarkCleaned
@@ -30,6 +30,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import storage
 from pipeline.prepare import beam_job
+from pipeline.prepare.cleaning.edits import write_edits
 from pipeline.prepare.cleaning.eval_sets import eval_set
 from pipeline.prepare.cleaning.removals import (
     EXACT,
@@ -38,10 +39,12 @@ from pipeline.prepare.cleaning.removals import (
     contaminated_entry,
     duplicate_entry,
     duplicates,
+    filtered_entry,
     merge,
     places,
     write_removal_list,
 )
+from pipeline.prepare.cleaning.quality_filters import QualityFilters
 from pipeline.prepare.cleaning.unit_fingerprints import UnitFingerprints, fingerprint_unit, fingerprints_path
 from pipeline.prepare.failures import any_failure, record_failure
 from pipeline.prepare.retries import with_retries
@@ -63,7 +66,8 @@ def eval_matches_path(output_dir: str) -> str:
     return storage.join(output_dir, formats.STATE_DIR, EVAL_MATCHES_NAME)
 
 
-def _read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None:
+def read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None:
+    """A unit's fingerprints as this run's cleaning stage wrote them; None where there are none."""
     path = fingerprints_path(context.output_dir, unit)
     if not storage.exists(path):
         return None
@@ -71,9 +75,10 @@ def _read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | Non
         return UnitFingerprints.from_bytes(f.read(), fingerprints_key(context))
 
 
-def unit_fingerprints(unit: WorkUnit, context: RunContext) -> UnitFingerprints:
-    """The unit's fingerprints, from an earlier run's file when there is one."""
-    found = _read_fingerprints(unit.index, context)
+def unit_fingerprints(unit: WorkUnit, context: RunContext, filters: QualityFilters | None = None) -> UnitFingerprints:
+    """The unit's fingerprints, from an earlier run's file when there is one; `filters` are the
+    run's quality filters (None when it has none)."""
+    found = read_fingerprints(unit.index, context)
     if found is not None:
         return found
     check_unchanged(unit)
@@ -83,7 +88,9 @@ def unit_fingerprints(unit: WorkUnit, context: RunContext) -> UnitFingerprints:
         if config.decontaminate
         else None
     )
-    fingerprints = fingerprint_unit(unit, config, evals)
+    fingerprints = fingerprint_unit(unit, config, evals, filters)
+    if filters is not None:
+        write_edits(context.output_dir, unit.index, fingerprints.edits)
     storage.write_bytes_atomic(fingerprints_path(context.output_dir, unit.index), fingerprints.to_bytes(fingerprints_key(context)))
     return fingerprints
 
@@ -92,6 +99,13 @@ class FingerprintUnitFn(beam.DoFn):
     def __init__(self, context: RunContext):
         self._context = context
         self._documents = Metrics.counter("clean", "documents")
+        self._filtered = Metrics.counter("clean", "filtered_documents")
+        self._filters: QualityFilters | None = None
+
+    def setup(self) -> None:
+        config = self._context.config
+        if config.filters:
+            self._filters = QualityFilters(config.filters, config.filter_params)
 
     def process(self, unit: WorkUnit) -> list:
         """The unit once its fingerprints are written, and the eval n-grams its documents hold;
@@ -100,11 +114,12 @@ class FingerprintUnitFn(beam.DoFn):
         if any_failure(failures_dir):
             return []  # the run is failing: leave the rest to a rerun
         try:
-            found = with_retries(lambda: unit_fingerprints(unit, self._context))
+            found = with_retries(lambda: unit_fingerprints(unit, self._context, self._filters))
         except Exception as e:
             record_failure(failures_dir, beam_job.failure_of(unit, e))
             return []
         self._documents.inc(found.documents)
+        self._filtered.inc(len(found.filtered))
         return [unit, beam.pvalue.TaggedOutput(_MATCHES, found.eval_counts())]
 
 
@@ -182,7 +197,7 @@ class KeyDocumentsFn(beam.DoFn):
         if any_failure(failures_dir):
             return []  # the counts may miss a failed unit's documents
         try:
-            found = with_retries(lambda: _read_fingerprints(unit.index, self._context))
+            found = with_retries(lambda: read_fingerprints(unit.index, self._context))
         except Exception as e:
             record_failure(failures_dir, beam_job.failure_of(unit, e))
             return []
@@ -228,7 +243,8 @@ class WriteRemovalListFn(beam.DoFn):
                 candidates += item[1]
         entries = [duplicate_entry(n, *found) for n, found in merge(candidates).items()]
         entries += [contaminated_entry(n, file) for n, file in removed.items()]
-        found = with_retries(lambda: _read_fingerprints(unit, self._context))
+        found = with_retries(lambda: read_fingerprints(unit, self._context))
+        entries += [filtered_entry(n, reason) for n, reason, _ in found.filtered]
         write_removal_list(self._context.output_dir, unit, documents, entries, found.locations, found.ids)
         self._removed.inc(len(entries))
         return [unit]

@@ -11,7 +11,8 @@ not depend on the runner, the worker count or the order in which a shuffle deliv
 A removal list names each removed document by its number in its unit, with its reason, where it is
 in its input (`location`, see `documents`), its id field's value when it has one, and what the
 reason adds: the keeper of a duplicate (its unit and location), the eval file of a contaminated
-document. Any other stage that removes documents adds its own reason and details the same way.
+document, a quality filter's `filter:NAME:RULE`. Any other stage that removes documents adds its own
+reason and details the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ _ROW_FORMATS = ("parquet", "arrow")
 
 def cleans(config: PrepareConfig) -> bool:
     """Whether the run has a cleaning stage before tokenizing."""
-    return config.dedup != "none" or bool(config.decontaminate)
+    return config.dedup != "none" or bool(config.decontaminate) or bool(config.filters)
 
 
 def place(unit: int, number: int) -> int:
@@ -100,6 +101,11 @@ def duplicate_entry(number: int, reason: str, keeper: int, keeper_location: int)
 
 def contaminated_entry(number: int, eval_file: int) -> dict[str, Any]:
     return {"number": number, "reason": CONTAMINATED, "eval_file": eval_file}
+
+
+def filtered_entry(number: int, reason: str) -> dict[str, Any]:
+    """A document a quality filter removed, `reason` saying which filter and rule."""
+    return {"number": number, "reason": reason}
 
 
 def write_removal_list(
