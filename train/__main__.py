@@ -11,6 +11,7 @@ import os
 import sys
 
 from model.config import PRESETS
+from pipeline.flag_errors import flag_message, flags_of
 
 # Command-line options that are not run settings.
 _LAUNCH = ("coordinator", "num_processes", "process_id")
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"train: {note}", flush=True)
         result = train(config)
     except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
-        print(f"train: error: {e}", file=sys.stderr)
+        print(f"train: error: {flag_message(str(e), flags_of(_train_parser()[0]))}", file=sys.stderr)
         return 1
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if "plot" in result:

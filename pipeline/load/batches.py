@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 from pipeline.load.data_spec import parse_data_spec
+from pipeline.flag_errors import flag_message, flags_of
 from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.rows import SOURCE_TOKENS
 
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "wb") as f:
             np.savez(f, **arrays)
     except (LoaderError, OSError) as e:
-        print(f"batches: error: {e}", file=sys.stderr)
+        flags = {**flags_of(parser), "global_batch_size": "--batch-size", "worker_count": "--workers"}
+        print(f"batches: error: {flag_message(str(e), flags)}", file=sys.stderr)
         return 1
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
     print(f"batches: wrote {', '.join(arrays)} [{shape}] to {args.out}")

@@ -20,6 +20,7 @@ import time
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline import storage
+from pipeline.flag_errors import flag_message
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
@@ -132,7 +133,11 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
     tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
     model by the commit its revision names now."""
-    config = PrepareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)})
+    fields = [f.name for f in dataclasses.fields(PrepareConfig)]
+    try:
+        config = PrepareConfig(**{name: getattr(args, name) for name in fields})
+    except ValueError as e:
+        raise PrepareError(flag_message(str(e), {name: f"--{name.replace('_', '-')}" for name in fields})) from None
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
     if is_hub_spec(config.tokenizer):

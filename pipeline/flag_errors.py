@@ -1,0 +1,37 @@
+"""Errors of the settings a command checks, told in the flags the user typed.
+
+Settings check themselves in `__post_init__` and say what they got as the code names it (`got
+self.validation_fraction=1.5`, grain's style), which reads well to a caller of the library; on the
+command line the same message names the flag instead: `--validation-fraction must be in [0, 1), got 1.5`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_GOT = re.compile(r" \(got ((?:self\.)?\w+=.*)\)$")
+_PAIR = re.compile(r"(?:self\.)?(\w+)=(.*?)(?=, (?:self\.)?\w+=|$)")
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's destination -> its long flag."""
+    return {
+        action.dest: max(action.option_strings, key=len)
+        for action in parser._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+def flag_message(message: str, flags: dict[str, str]) -> str:
+    """`message` with the settings it names (`flags`: setting -> flag) written as their flags, and its
+    `(got NAME=VALUE)` as `, got VALUE` (several values each after their flag)."""
+    got = _GOT.search(message)
+    if got:
+        pairs = _PAIR.findall(got.group(1))
+        values = pairs[0][1] if len(pairs) == 1 else ", ".join(f"{name} {value}" for name, value in pairs)
+        message = f"{message[: got.start()]}, got {values}"
+    if not flags:
+        return message
+    names = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True))) + r")\b")
+    return names.sub(lambda m: flags[m.group(1)], message)
