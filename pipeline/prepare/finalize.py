@@ -232,7 +232,8 @@ def write_outputs(
     manifest = dataclasses.replace(manifest, tokenizer_copy=copy)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())
-    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds}
+    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds,
+            "worker_processes": len({r.worker for r in results.values()})}
     storage.write_bytes_atomic(
         storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     )
