@@ -14,6 +14,7 @@ import random
 import sys
 from collections.abc import Iterator
 
+from pipeline.flag_errors import flag_message
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")
@@ -110,9 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m pipeline corpus", description="Write the embedded TinyStories-style corpus."
     )
     parser.add_argument("--output", required=True, help="text file to write")
-    parser.add_argument("--stories", type=int, default=50_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stories", type=int, default=50_000, help="how many stories (default: 50000)")
+    parser.add_argument("--seed", type=int, default=0, help="the stories drawn (default: 0)")
     args = parser.parse_args(argv)
-    write_corpus(args.output, args.stories, args.seed)
+    try:
+        write_corpus(args.output, args.stories, args.seed)
+    except ValueError as e:
+        print(f"corpus: error: {flag_message(str(e), {'num_stories': '--stories'})}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"corpus: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {args.stories} stories to {args.output}", file=sys.stderr)
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
-_GOT = re.compile(r" \(got ((?:self\.)?\w+=.*)\)$")
+_GOT = re.compile(r" \(got (.*)\)$")
 _PAIR = re.compile(r"(?:self\.)?(\w+)=(.*?)(?=, (?:self\.)?\w+=|$)")
 
 
@@ -25,10 +25,10 @@ def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def flag_message(message: str, flags: dict[str, str]) -> str:
     """`message` with the settings it names (`flags`: setting -> flag) written as their flags, and its
-    `(got NAME=VALUE)` as `, got VALUE` (several values each after their flag)."""
+    `(got NAME=VALUE)` or `(got VALUE)` as `, got VALUE` (several values each after their flag)."""
     got = _GOT.search(message)
     if got:
-        pairs = _PAIR.findall(got.group(1))
+        pairs = _PAIR.findall(got.group(1)) if _PAIR.match(got.group(1)) else [("", got.group(1))]
         values = pairs[0][1] if len(pairs) == 1 else ", ".join(f"{name} {value}" for name, value in pairs)
         message = f"{message[: got.start()]}, got {values}"
     if not flags:

@@ -172,6 +172,7 @@ def test_control_characters_are_escaped_when_documents_are_printed(tmp_path):
         (["prepare", "--near-bands", "0"],
          "prepare: error: --near-ngram, --near-bands and --near-rows must be at least 1, got --near-ngram 5, "
          "--near-bands 0, --near-rows 8"),
+        (["corpus", "--stories", "-3"], "corpus: error: --stories must be non-negative, got -3"),
         (["batches", "--seq-len", "0", "--batch-size", "2", "--take", "1", "--out", "x.npz"],
          "batches: error: --seq-len must be at least 1, got 0"),
     ],
@@ -181,6 +182,17 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
     rest += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o")] if command == "prepare" else []
     if command == "batches":
         rest = [str(tmp_path), *rest]
+    if command == "corpus":
+        rest += ["--output", str(tmp_path / "c.txt")]
     result = _cli(command, *rest)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [message]
+
+
+def test_flag_message_rewrites_both_forms_of_got():
+    from pipeline.flag_errors import flag_message
+
+    flags = {"seq_len": "--seq-len", "warmup_steps": "--warmup-steps"}
+    assert flag_message("seq_len must be at least 1 (got 0)", flags) == "--seq-len must be at least 1, got 0"
+    assert (flag_message("the decay horizon must exceed warmup_steps (got self.decay_horizon=5, self.warmup_steps=9)", flags)
+            == "the decay horizon must exceed --warmup-steps, got decay_horizon 5, --warmup-steps 9")
