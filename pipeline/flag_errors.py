@@ -24,7 +24,8 @@ def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 def flag_message(message: str, flags: dict[str, str]) -> str:
-    """`message` with the settings it names (`flags`: setting -> flag) written as their flags, and its
+    """`message` with the settings it names (`flags`: setting -> flag) written as their flags (a name
+    without an underscore only as the message's first word), and its
     `(got NAME=VALUE)` or `(got VALUE)` as `, got VALUE` (several values each after their flag)."""
     got = _GOT.search(message)
     if got:
@@ -33,5 +34,11 @@ def flag_message(message: str, flags: dict[str, str]) -> str:
         message = f"{message[: got.start()]}, got {values}"
     if not flags:
         return message
-    names = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True))) + r")\b")
-    return names.sub(lambda m: flags[m.group(1)], message)
+    names = re.compile(r"(?<![\w/.-])(" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True))) + r")\b")
+
+    def flag(match: re.Match) -> str:
+        # A plain word (split, seed, format) is a setting only as the message's subject; elsewhere prose.
+        name = match.group(1)
+        return flags[name] if "_" in name or match.start() == 0 else name
+
+    return names.sub(flag, message)

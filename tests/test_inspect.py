@@ -194,5 +194,18 @@ def test_flag_message_rewrites_both_forms_of_got():
 
     flags = {"seq_len": "--seq-len", "warmup_steps": "--warmup-steps"}
     assert flag_message("seq_len must be at least 1 (got 0)", flags) == "--seq-len must be at least 1, got 0"
+    flags["split"] = "--split"
+    assert flag_message("unknown split 'test'", flags) == "unknown split 'test'"  # prose, not the setting
+    assert flag_message("split must be named (got self.split='')", flags) == "--split must be named, got ''"
     assert (flag_message("the decay horizon must exceed warmup_steps (got self.decay_horizon=5, self.warmup_steps=9)", flags)
             == "the decay horizon must exceed --warmup-steps, got decay_horizon 5, --warmup-steps 9")
+
+
+def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys, monkeypatch):
+    monkeypatch.delitem(sys.modules, "pipeline.load.lengths", raising=False)
+    monkeypatch.setitem(sys.modules, "grain", None)  # not installed
+    assert inspect_main([stories_dataset]) == 2
+    assert capsys.readouterr().err == (
+        "inspect: error: document statistics read the loader's lengths index, which needs the load extra (grain is "
+        "missing): pip install 'tokshards[load]'\n"
+    )
