@@ -84,9 +84,9 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
 def write_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     """Saves a copy of the data's tokenizer with the run, once: a resumed run keeps its copy.
 
-    Data whose tokenizer cannot be loaded here (a file left on another machine, ids written without
-    a tokenizer) trains all the same; its record names the data's spec, and `sample` refuses it
-    with the reason until the tokenizer is back.
+    Data whose tokenizer does not load with its identity (ids written without a tokenizer) trains
+    all the same; its record names the data's spec, and `sample` refuses it with the reason. A
+    prepared directory that lacks its tokenizer files was refused before (`RunTokenizer.of`).
     """
     if read_run_tokenizer(workdir) is not None:
         return
