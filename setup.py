@@ -6,6 +6,7 @@
 - its workers: the base install, pinned to the launcher's versions by
   `pipeline.prepare.worker_environment`, with this file shipped as `--setup_file`;
 - a training host: `pip install -e '.[train]'` (add `gcp` to read gs://);
+- `inspect --plot`: `.[plot]` (and `.[load]` for the lengths index `inspect` reads);
 - work on the project: `make venv` (`.[dev]`, pinned by constraints.txt).
 
 Beam builds an sdist of this file for `--setup_file`; tests/test_packaging.py checks what it holds.
@@ -38,6 +39,7 @@ HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
 # tokenizer they split text with (a blank pipeline, no model to download).
 FILTERS = ["datatrove>=0.10.1", "spacy>=3.8"]
 LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
+PLOT = ["matplotlib>=3.8"]  # `inspect --plot`, the trainer's loss curve
 TRAIN = LOAD + [
     "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
     "tiktoken>=0.9",
@@ -45,7 +47,7 @@ TRAIN = LOAD + [
     "flax>=0.12",
     "optax>=0.2.5",
     "orbax-checkpoint>=0.11",
-    "matplotlib>=3.8",
+    *PLOT,
     "tqdm>=4.66",
 ]
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
@@ -67,6 +69,7 @@ setup(
     extras_require={
         "hf": HF,
         "load": LOAD,
+        "plot": PLOT,
         "train": TRAIN,
         "gcp": GCP,
         "dask": DASK,

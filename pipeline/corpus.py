@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 
 from pipeline.cli import HelpFormatter
+from pipeline.flag_errors import flag_message
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")
@@ -117,6 +118,13 @@ def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "tokshards corpus") -> int:
     args = parser(prog).parse_args(argv)
-    write_corpus(args.output, args.stories, args.seed)
+    try:
+        write_corpus(args.output, args.stories, args.seed)
+    except ValueError as e:
+        print(f"corpus: error: {flag_message(str(e), {'num_stories': '--stories'})}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"corpus: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {args.stories} stories to {args.output}", file=sys.stderr)
     return 0

@@ -81,6 +81,14 @@ def open_raw(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+def read_bytes(path: str) -> bytes:
+    """The file's bytes; FileNotFoundError if there is none (Beam's filesystems raise their own)."""
+    if not exists(path):
+        raise FileNotFoundError(path)
+    with open_raw(path) as f:
+        return f.read()
+
+
 def read_text(path: str) -> str:
     with open_raw(path) as f:
         return f.read().decode("utf-8")

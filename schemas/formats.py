@@ -8,13 +8,15 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 5
+MANIFEST_VERSION = 6
 # Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
 # kept each whole, one record of any length): same manifest, records read the same way, so the
 # loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
 # Version 5 added the cleaning stage's common-text rule, near-dedup parameters and id field to the
 # config, and each eval file's examples, n-grams and common n-grams: records are as in version 4.
-READABLE_MANIFEST_VERSIONS = (3, 4, 5)
+# Version 6 added `tokenizer_copy` (the directory keeps the tokenizer files it was prepared with) and
+# each input's documents and tokens.
+READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.
@@ -24,6 +26,8 @@ REJECTS_NAME = "rejects.jsonl"
 REMOVALS_NAME = "removals.jsonl"
 # Eval n-grams too common in the corpus to count as contamination, one JSON object a line.
 COMMON_NGRAMS_NAME = "common_ngrams.jsonl"
+# The copy of the tokenizer files a directory was prepared with (the manifest lists them).
+TOKENIZER_COPY_DIR = "tokenizer"
 # Every file of a run beside its shards: what --overwrite deletes.
 RUN_FILES = (MANIFEST_NAME, RUN_INFO_NAME, REJECTS_NAME, REMOVALS_NAME, COMMON_NGRAMS_NAME)
 

@@ -145,14 +145,31 @@ class TokenizerInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenizerCopy:
+    """The tokenizer files a prepared directory keeps: `load_as` (relative to the directory) loads
+    the tokenizer, and `files` maps each relative path to its SHA-256."""
+
+    load_as: str
+    files: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if self.load_as not in self.files:
+            raise ValueError(f"the tokenizer copy's load_as {self.load_as!r} is not one of its files {sorted(self.files)}")
+
+
+@dataclasses.dataclass(frozen=True)
 class InputInfo:
     """One input file. `digest` is computed by the workers from the content they read: the SHA-256
-    of the concatenated SHA-256 digests of the input's units, in order (see docs/data-format.md)."""
+    of the concatenated SHA-256 digests of the input's units, in order (see docs/data-format.md).
+    `documents` and `tokens` are what its units wrote, both splits together (None in manifests
+    before version 6)."""
 
     path: str
     format: str
     size: int
     digest: str
+    documents: int | None = None
+    tokens: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +224,8 @@ class Manifest:
     # any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()
+    # None for a tiktoken encoding named by its name, which loads from the name alone.
+    tokenizer_copy: TokenizerCopy | None = None
     format: str = formats.MANIFEST_FORMAT
     version: int = formats.MANIFEST_VERSION
 
@@ -236,6 +255,7 @@ class Manifest:
             hub_revisions=dict(data["hub_revisions"]),
             removed=dict(data.get("removed", {})),
             eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
+            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
             format=data["format"],
             version=data["version"],
         )
@@ -267,8 +287,11 @@ def _object(properties: dict[str, Any], required: list[str] | None = None) -> di
 
 _INT = {"type": "integer", "minimum": 0}
 _STR = {"type": "string"}
+_OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _COUNTS = {"type": "object", "additionalProperties": _INT}
+# A file of the directory: relative, inside it.
+_COPY_PATH = f"^{formats.TOKENIZER_COPY_DIR}/[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -334,7 +357,9 @@ JSON_SCHEMA: dict[str, Any] = {
             "inputs": {
                 "type": "array",
                 "items": _object(
-                    {"path": _STR, "format": {"enum": list(FILE_FORMATS)}, "size": _INT, "digest": _SHA256}
+                    {"path": _STR, "format": {"enum": list(FILE_FORMATS)}, "size": _INT, "digest": _SHA256,
+                     "documents": _OPTIONAL_INT, "tokens": _OPTIONAL_INT},
+                    required=["path", "format", "size", "digest"],
                 ),
             },
             "num_units": _INT,
@@ -372,6 +397,18 @@ JSON_SCHEMA: dict[str, Any] = {
                      "common_ngrams": _INT},
                     required=["path", "sha256", "removed"],
                 ),
+            },
+            "tokenizer_copy": {
+                "oneOf": [
+                    {"type": "null"},
+                    _object(
+                        {
+                            "load_as": {"type": "string", "pattern": _COPY_PATH},
+                            "files": {"type": "object", "propertyNames": {"pattern": _COPY_PATH},
+                                      "additionalProperties": _SHA256},
+                        }
+                    ),
+                ]
             },
         },
         required=["format", "version", "tokenizer", "dtype", "config", "inputs", "num_units", "shards",

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import IN_PROCESS, run_prepare, sample_documents, write_jsonl, write_text
 from pipeline import config_file
+from pipeline.flag_errors import flags_of
 from pipeline.prepare import launcher
 from pipeline.prepare.launcher import PrepareError, parse_args
 from schemas import formats
@@ -103,7 +104,7 @@ def test_prepare_without_its_required_settings_names_them(tmp_path, capsys):
 def _train_config(args: list[str]):
     parser = lambda: train_cli.parser("tokshards train")  # noqa: E731
     parsed, _ = config_file.parse(parser, args)
-    return train_cli._config(parsed, train_cli._flags(parser()))
+    return train_cli._config(parsed, flags_of(parser()))
 
 
 TRAIN_TOML = """

@@ -61,7 +61,7 @@ def test_batches_take_epoch_writes_exactly_one_epoch(prepared, tmp_path):
     "args,message",
     [
         (["--batch-size", "5", "--shard-count", "2"], "not divisible by the 2 parts"),
-        (["--seq-len", "0"], "seq_len must be at least 1"),
+        (["--seq-len", "0"], "--seq-len must be at least 1, got 0"),
         (["--split", "test"], "unknown split 'test'"),
     ],
 )

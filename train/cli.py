@@ -14,6 +14,7 @@ from model.config import PRESETS
 from pipeline import config_file
 from pipeline.cli import HelpFormatter
 from pipeline.config_file import add_option as add_config_option
+from pipeline.flag_errors import flag_message, flags_of
 from train.settings import default
 
 # Command-line options that are not run settings.
@@ -93,11 +94,6 @@ def sample_parser(prog: str = "tokshards sample") -> argparse.ArgumentParser:
     return p
 
 
-def _flags(p: argparse.ArgumentParser) -> dict[str, str]:
-    """Each setting's flag, by destination, to name it in errors."""
-    return {a.dest: a.option_strings[0] for a in p._actions if a.option_strings}
-
-
 def _config(args: argparse.Namespace, flags: dict[str, str]):
     """The run's config: the given settings resolved against the run saved in the workdir.
 
@@ -150,13 +146,14 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
             jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
         from train.trainer import train
 
-        config, notes = _config(args, _flags(parser(prog)))
+        flags = flags_of(parser(prog))
+        config, notes = _config(args, flags)
         if jax.process_index() == 0:
             for note in notes:
                 print(f"train: {note}", flush=True)
         result = train(config)
     except ValueError as e:  # LoaderError, config and config file errors are ValueErrors with a clear message
-        print(f"train: error: {e}", file=sys.stderr)
+        print(f"train: error: {flag_message(str(e), flags_of(parser(prog)))}", file=sys.stderr)
         return 1
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if "plot" in result:

@@ -2,8 +2,8 @@
 
 `tokenizer.json` holds the manifest's `TokenizerInfo`, `load_as` (a tiktoken name, or the path,
 relative to the workdir, of a copy of the tokenizer's files in `tokenizer/`) and the boundary tokens
-in effect. The copy is made when the run starts, from the tokenizer the data was prepared with, and
-must hash to the saved identity whenever it is loaded.
+in effect. The copy is made when the run starts, from the copy the prepared directory keeps
+(`pipeline.tokenization.dataset_copy`), and must hash to the saved identity whenever it is loaded.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import dataclasses
 import json
 import os
 
+from etils import epath
+
 from pipeline.tokenization import Tokenizer, load_tokenizer
+from pipeline.tokenization.dataset_copy import copy_spec
 from pipeline.tokenization.boundaries import NO_BOS
 from schemas.manifest import Manifest, TokenizerInfo
 
@@ -34,9 +37,12 @@ class RunTokenizer:
             raise ValueError("a run's tokenizer needs the name or path to load it by (got an empty load_as)")
 
     @classmethod
-    def of(cls, manifest: Manifest) -> RunTokenizer:
+    def of(cls, manifest: Manifest, data_dir: str) -> RunTokenizer:
+        """The tokenizer of a prepared directory, loaded from the copy it keeps (checked here, so a
+        directory that lacks it is refused before the run starts)."""
         config = manifest.config
-        return cls(manifest.tokenizer, config.tokenizer, config.bos_token, config.eos_token)
+        spec = copy_spec(data_dir, manifest, lambda path: epath.Path(path).read_bytes())
+        return cls(manifest.tokenizer, spec, config.bos_token, config.eos_token)
 
     def same_ids(self, other: RunTokenizer) -> bool:
         return all(getattr(self.info, k) == getattr(other.info, k) for k in _IDENTITY)
@@ -78,9 +84,9 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
 def write_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     """Saves a copy of the data's tokenizer with the run, once: a resumed run keeps its copy.
 
-    Data whose tokenizer cannot be loaded here (a file left on another machine, ids written without
-    a tokenizer) trains all the same; its record names the data's spec, and `sample` refuses it
-    with the reason until the tokenizer is back.
+    Data whose tokenizer does not load with its identity (ids written without a tokenizer) trains
+    all the same; its record names the data's spec, and `sample` refuses it with the reason. A
+    prepared directory that lacks its tokenizer files was refused before (`RunTokenizer.of`).
     """
     if read_run_tokenizer(workdir) is not None:
         return

@@ -121,7 +121,7 @@ class _Opened:
 def _open(config: TrainConfig) -> _Opened:
     """Everything that can refuse the run, before anything is written; runs on every process."""
     manifests = open_sources(config.data)
-    tokenizer = RunTokenizer.of(manifests[0])
+    tokenizer = RunTokenizer.of(manifests[0], config.data[0].path)
     if tokenizer.info.n_vocab > config.model.vocab_size:
         raise ValueError(
             f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size}); "

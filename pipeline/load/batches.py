@@ -20,6 +20,7 @@ import numpy as np
 
 from pipeline.cli import HelpFormatter
 from pipeline.load.data_spec import parse_data_spec
+from pipeline.flag_errors import flag_message, flags_of
 from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.rows import SOURCE_TOKENS
 
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None, prog: str = "tokshards batches") -> int:
         with open(args.out, "wb") as f:
             np.savez(f, **arrays)
     except (LoaderError, OSError) as e:
-        print(f"batches: error: {e}", file=sys.stderr)
+        flags = {**flags_of(parser), "global_batch_size": "--batch-size", "worker_count": "--workers"}
+        print(f"batches: error: {flag_message(str(e), flags)}", file=sys.stderr)
         return 1
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
     print(f"batches: wrote {', '.join(arrays)} [{shape}] to {args.out}")

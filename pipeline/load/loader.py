@@ -20,6 +20,7 @@ iterator yields exactly the rows of the global batches the uninterrupted run wou
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import grain
@@ -176,15 +177,16 @@ def open_sources(sources: tuple[DataSource, ...], *, verify: bool = False) -> tu
 
 
 def resolve_shard(shard_index: int | None, shard_count: int | None) -> tuple[int, int]:
-    """Fills what is not given from JAX's process index and count.
+    """Fills what is not given from JAX's process index and count, where the program uses JAX.
 
-    JAX is imported only here, so tools that pass both never need it.
+    A program of several processes has imported JAX before it makes its loader (to call
+    `jax.distributed.initialize`); one that has not is a single process, index 0 of 1. So the
+    loader never imports JAX itself, and the `load` extra alone runs it.
     """
     if shard_index is None or shard_count is None:
-        import jax
-
-        shard_index = jax.process_index() if shard_index is None else shard_index
-        shard_count = jax.process_count() if shard_count is None else shard_count
+        jax = sys.modules.get("jax")
+        shard_index = (jax.process_index() if jax else 0) if shard_index is None else shard_index
+        shard_count = (jax.process_count() if jax else 1) if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
         raise LoaderError(f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})")
     return shard_index, shard_count

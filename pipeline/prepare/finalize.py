@@ -23,6 +23,8 @@ from pipeline.prepare.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_
 from pipeline.prepare.output_dir import plan_identity_record, remove_state
 from pipeline.prepare.planning import Plan
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
+from pipeline.tokenization import load_tokenizer
+from pipeline.tokenization.dataset_copy import save_copy
 from schemas import formats
 from schemas.manifest import EvalFileInfo, InputInfo, Manifest, split_totals
 
@@ -96,10 +98,16 @@ def build_manifest(
         )
     ordered = [results[u.index] for u in plan.units]
     unit_digests: dict[int, list[str]] = collections.defaultdict(list)
+    documents: collections.Counter[int] = collections.Counter()
+    tokens: collections.Counter[int] = collections.Counter()
     for unit in plan.units:
-        unit_digests[unit.input_index].append(results[unit.index].digest)
+        result = results[unit.index]
+        unit_digests[unit.input_index].append(result.digest)
+        documents[unit.input_index] += sum(s.documents for s in result.shards)
+        tokens[unit.input_index] += result.tokens
     inputs = tuple(
-        InputInfo(path=item.path, format=item.format, size=item.size, digest=_input_digest(unit_digests[i]))
+        InputInfo(path=item.path, format=item.format, size=item.size, digest=_input_digest(unit_digests[i]),
+                  documents=documents[i], tokens=tokens[i])
         for i, item in enumerate(plan.inputs)
     )
     shards = tuple(
@@ -207,8 +215,9 @@ def _cleaning_outputs(output_dir: str, plan: Plan, newlines: dict[int, int], eva
 def write_outputs(
     output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str], evals: EvalSet | None = None
 ) -> Manifest:
-    """Rejects, removals and run info first, the manifest last: its presence means the directory is
-    complete. A run with no training data fails here, its rejects and removals written to say why."""
+    """Rejects, removals, the tokenizer's copy and run info first, the manifest last: its presence
+    means the directory is complete. A run with no training data fails here, its rejects and
+    removals written to say why."""
     results = finished_units(output_dir)
     manifest = build_manifest(plan, results, shard_sizes(output_dir), launcher_versions)
     newlines = newlines_before(plan, results)
@@ -217,9 +226,14 @@ def write_outputs(
         manifest = dataclasses.replace(manifest, **_cleaning_outputs(output_dir, plan, newlines, evals))
     if "train" not in manifest.totals:
         raise FinalizeError(f"no training data: {why_empty(plan, manifest)}")
+    config = plan.config
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    copy = save_copy(tokenizer, lambda relative, data: storage.write_bytes_atomic(storage.join(output_dir, relative), data))
+    manifest = dataclasses.replace(manifest, tokenizer_copy=copy)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())
-    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds}
+    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds,
+            "worker_processes": len({r.worker for r in results.values()})}
     storage.write_bytes_atomic(
         storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     )

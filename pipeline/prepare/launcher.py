@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from pipeline import config_file, storage
 from pipeline.cli import HelpFormatter
 from pipeline.config_file import add_option as add_config_option
+from pipeline.flag_errors import flag_message, flags_of
 from pipeline.log_cadence import format_count, format_duration
 from pipeline.manifest_io import shard_sizes
 from pipeline.prepare import beam_job, hub_filesystem, job
@@ -186,7 +187,10 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
     model by the commit its revision names now."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
-    config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
+    try:
+        config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
+    except ValueError as e:
+        raise PrepareError(flag_message(str(e), flags_of(parser()))) from None
     if config.filters or config.filter_params:
         check_filters(config.filters, config.filter_params)
     if is_path_spec(config.tokenizer):

@@ -8,6 +8,7 @@ files is never emptied wholesale, and a run whose inputs lie inside its output i
 from __future__ import annotations
 
 import json
+import os
 
 from pipeline import storage
 from pipeline.prepare.planning import Plan
@@ -63,6 +64,9 @@ def written_by_earlier_run(output_dir: str) -> list[str] | None:
     if plan is not None:
         count = len(plan["units"])
         names += [formats.shard_path(split, u["index"], count) for u in plan["units"] for split in formats.SPLITS]
+    # The tokenizer's copy, written before the manifest: what is there is the earlier run's.
+    names += [f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(p)}"
+              for p in storage.list_files(storage.join(output_dir, formats.TOKENIZER_COPY_DIR))]
     return [storage.join(output_dir, name) for name in dict.fromkeys(names)]
 
 
@@ -79,12 +83,12 @@ def _overwrite(output_dir: str) -> bool:
         return False
     # Which of them exist, from a listing per directory rather than a request per name.
     present = set(storage.sizes_in(output_dir))
-    for split in formats.SPLITS:
-        present.update(storage.sizes_in(storage.join(output_dir, split)))
+    for directory in (*formats.SPLITS, formats.TOKENIZER_COPY_DIR):
+        present.update(storage.sizes_in(storage.join(output_dir, directory)))
     storage.delete([path for path in earlier if path in present])
     remove_state(output_dir)
-    for split in formats.SPLITS:
-        storage.remove_empty_directory(storage.join(output_dir, split))
+    for directory in (*formats.SPLITS, formats.TOKENIZER_COPY_DIR):
+        storage.remove_empty_directory(storage.join(output_dir, directory))
     return True
 
 

@@ -73,16 +73,29 @@ class Plan:
         )
 
 
-def _plan_input(path: str, fmt: str, config: PrepareConfig) -> tuple[PlannedInput, list[tuple[int, int]]]:
+# Work units are sized from the inputs' total alone, never from the machine, so that every machine
+# cuts the same units and writes the same shards: about TARGET_UNITS of them, so that a small input
+# still gives every core of a large machine work, but none below UNIT_FLOOR_BYTES (each unit costs a
+# shard file and a bundle's start-up) and none above --unit-bytes (a worker's batch memory).
+TARGET_UNITS = 64
+UNIT_FLOOR_BYTES = 2**20
+
+
+def unit_bytes_for(total_bytes: int, config: PrepareConfig) -> int:
+    """The input bytes per unit of a run whose inputs hold `total_bytes` together."""
+    return min(config.unit_bytes, max(UNIT_FLOOR_BYTES, -(-total_bytes // TARGET_UNITS)))
+
+
+def _stat_input(path: str) -> storage.FileInfo:
     try:
-        info = storage.file_info(path)
+        return storage.file_info(path)
     except FileNotFoundError:
         raise SourceError(f"input {path} does not exist") from None
-    return PlannedInput(path, fmt, info.size, info.version), SOURCES[fmt].plan(path, info, config)
 
 
 def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str] | None = None) -> Plan:
-    """Inputs are looked at concurrently (metadata requests wait on the network) and taken in order.
+    """Inputs are looked at concurrently (metadata requests wait on the network) and taken in order:
+    their sizes first, which decide the unit size (`unit_bytes_for`), then their layout.
 
     `hub_revisions` pins hub ids (see `resolve_inputs`)."""
     tokenizer = tokenizer_info(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
@@ -91,31 +104,37 @@ def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict
     bad: list[Reject] = []
     units: list[WorkUnit] = []
     workers = min(_METADATA_THREADS, len(resolved.files) or 1)
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        planned = [pool.submit(_plan_input, path, fmt, config) for path, fmt in resolved.files]
-        for (path, _), future in zip(resolved.files, planned):
+
+    def settled(futures: list) -> list:
+        """Each future's result, or None where it raised a SourceError that the run skips."""
+        results = []
+        for (path, _), future in zip(resolved.files, futures):
             try:
-                planned_input, ranges = future.result()
+                results.append(future.result() if future is not None else None)
             except SourceError as e:
                 if not config.skip_bad_files:
                     pool.shutdown(cancel_futures=True)
                     raise
                 bad.append(Reject(e.reason, path, str(e)))
-                continue
-            units += [
-                WorkUnit(
-                    index=len(units) + i,
-                    input_index=len(inputs),
-                    path=path,
-                    format=planned_input.format,
-                    start=start,
-                    end=end,
-                    size=planned_input.size,
-                    version=planned_input.version,
-                )
-                for i, (start, end) in enumerate(ranges)
-            ]
-            inputs.append(planned_input)
+                results.append(None)
+        return results
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        infos = settled([pool.submit(_stat_input, path) for path, _ in resolved.files])
+        sized = dataclasses.replace(config, unit_bytes=unit_bytes_for(sum(i.size for i in infos if i), config))
+        layouts = settled([
+            pool.submit(SOURCES[fmt].plan, path, info, sized) if info is not None else None
+            for (path, fmt), info in zip(resolved.files, infos)
+        ])
+    for (path, fmt), info, ranges in zip(resolved.files, infos, layouts):
+        if ranges is None:
+            continue
+        units += [
+            WorkUnit(index=len(units) + i, input_index=len(inputs), path=path, format=fmt, start=start, end=end,
+                     size=info.size, version=info.version)
+            for i, (start, end) in enumerate(ranges)
+        ]
+        inputs.append(PlannedInput(path, fmt, info.size, info.version))
     return Plan(
         config=config,
         tokenizer=tokenizer,

@@ -61,6 +61,7 @@ class UnitResult:
     package_versions: dict[str, str]
     seconds: float
     peak_rss_bytes: int
+    worker: str = ""  # HOST:PID of the process that ran it: how many processes shared the run
 
     @property
     def tokens(self) -> int:

@@ -13,6 +13,8 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
+import platform
 import resource
 import time
 
@@ -246,6 +248,7 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         package_versions=_worker_versions(context.extras),
         seconds=time.perf_counter() - started,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux counts KiB
+        worker=f"{platform.node()}:{os.getpid()}",
     )
     storage.write_bytes_atomic(
         storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()
