@@ -132,7 +132,7 @@ def _first_documents(data_dir: str, manifest: Manifest, split: str, lengths, cou
         return []
     docs = np.concatenate([d[: count] for d in lengths.docs])[:count].astype(np.int64)
     needed = int(docs.sum())
-    records = max(record for record, _, _ in lengths.runs(0, needed)) + 1
+    records = int(lengths.runs(np.array([0]), np.array([needed]))[1].max()) + 1
     tokens = np.concatenate(read_records(data_dir, manifest, split, records))[:needed]
     tokenizer = load_copy(data_dir, manifest, storage.read_bytes)
     bos = manifest.tokenizer.bos_id

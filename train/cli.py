@@ -152,7 +152,10 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
             for note in notes:
                 print(f"train: {note}", flush=True)
         result = train(config)
-    except ValueError as e:  # LoaderError, config and config file errors are ValueErrors with a clear message
+    except config_file.ConfigFileError as e:  # names the file's keys as written
+        print(f"train: error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
         print(f"train: error: {flag_message(str(e), flags_of(parser(prog)))}", file=sys.stderr)
         return 1
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")

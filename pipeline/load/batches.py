@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None, prog: str = "tokshards batches") -> int:
         with open(args.out, "wb") as f:
             np.savez(f, **arrays)
     except (LoaderError, OSError) as e:
-        flags = {**flags_of(parser), "global_batch_size": "--batch-size", "worker_count": "--workers"}
+        flags = {**flags_of(parser(prog)), "global_batch_size": "--batch-size", "worker_count": "--workers"}
         print(f"batches: error: {flag_message(str(e), flags)}", file=sys.stderr)
         return 1
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
