@@ -51,6 +51,7 @@ bench: venv $(BASE_VENV)/.installed
 		--skip-nanogpt --workdir /tmp/prepare_bench_1g || status=1; \
 	$(PY) benchmarks/planning.py --check || status=1; \
 	$(PY) benchmarks/dedup.py --check || status=1; \
+	$(PY) benchmarks/filters.py || status=1; \
 	$(PY) benchmarks/loader_throughput.py --check || status=1; \
 	$(PY) benchmarks/train_step.py || status=1; \
 	$(PY) benchmarks/train_step.py --real-batches --rounds 3 --steps-per-round 10 --check || status=1; \
