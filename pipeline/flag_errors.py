@@ -15,12 +15,18 @@ _PAIR = re.compile(r"(?:self\.)?(\w+)=(.*?)(?=, (?:self\.)?\w+=|$)")
 
 
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Each option's destination -> its long flag."""
+    """Each option's destination -> its long flag (a switch's positive form, not its `--no-`)."""
     return {
-        action.dest: max(action.option_strings, key=len)
+        action.dest: max(_positive(action), key=len)
         for action in parser._actions
         if action.option_strings and action.dest != "help"
     }
+
+
+def _positive(action: argparse.Action) -> list[str]:
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return action.option_strings[:1]
+    return action.option_strings
 
 
 def flag_message(message: str, flags: dict[str, str]) -> str:
