@@ -137,6 +137,7 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
     """Trains; `sample` as the first argument samples instead (`python -m train sample`)."""
     if argv[:1] == ["sample"]:
         return sample_main(argv[1:], f"{prog} sample")
+    flags = flags_of(parser(prog))
     try:
         args, _ = config_file.parse(lambda: parser(prog), argv)
         import jax
@@ -146,7 +147,6 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
             jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
         from train.trainer import train
 
-        flags = flags_of(parser(prog))
         config, notes = _config(args, flags)
         if jax.process_index() == 0:
             for note in notes:
@@ -156,7 +156,7 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
         print(f"train: error: {e}", file=sys.stderr)
         return 1
     except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
-        print(f"train: error: {flag_message(str(e), flags_of(parser(prog)))}", file=sys.stderr)
+        print(f"train: error: {flag_message(str(e), flags)}", file=sys.stderr)
         return 1
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if "plot" in result:
