@@ -4,7 +4,7 @@
   `filters` for quality filters);
 - the launcher and the workers of a Dask cluster: `pip install -e '.[dask]'`;
 - its workers: the base install, pinned to the launcher's versions by
-  `pipeline.prepare.worker_environment`, with this file shipped as `--setup_file`;
+  `pipeline.prepare.execution.worker_environment`, with this file shipped as `--setup_file`;
 - a training host: `pip install -e '.[train]'` (add `gcp` to read gs://);
 - `inspect --plot`: `.[plot]` (and `.[load]` for the lengths index `inspect` reads);
 - work on the project: `make venv` (`.[dev]`, pinned by constraints.txt).
@@ -76,5 +76,5 @@ setup(
         "filters": FILTERS,
         "dev": HF + FILTERS + TRAIN + GCP + DASK + TEST,
     },
-    entry_points={"console_scripts": ["tokshards = pipeline.cli:run"]},
+    entry_points={"console_scripts": ["tokshards = pipeline.cli.commands:run"]},
 )

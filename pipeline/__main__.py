@@ -1,4 +1,4 @@
-"""`python -m pipeline COMMAND ...`: the `tokshards` command (pipeline/cli.py) run as a module."""
+"""`python -m pipeline COMMAND ...`: the `tokshards` command (pipeline/cli/commands.py) run as a module."""
 
 import os
 import sys
@@ -8,6 +8,6 @@ if __name__ == "__main__":
     # `schemas.py` would stand in for this project's packages: they are looked up where it is installed.
     if sys.path and sys.path[0] == os.getcwd() != os.path.dirname(os.path.dirname(os.path.abspath(__file__))):
         del sys.path[0]
-    from pipeline import cli
+    from pipeline.cli import commands as cli
 
     cli.exit_now(cli.main(prog="python -m pipeline"))

@@ -14,8 +14,8 @@ import random
 import sys
 from collections.abc import Iterator
 
-from pipeline.cli import HelpFormatter
-from pipeline.flag_errors import flag_message
+from pipeline.cli.commands import HelpFormatter
+from pipeline.cli.flag_errors import flag_message
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")

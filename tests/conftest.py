@@ -17,7 +17,7 @@ import pytest
 # Tests import the project from the checkout, installed or not.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.manifest_io import read_manifest, read_records  # noqa: E402
+from pipeline.dataset.manifest_io import read_manifest, read_records  # noqa: E402
 from pipeline.prepare import launcher  # noqa: E402
 from schemas import formats  # noqa: E402
 from schemas.manifest import Manifest  # noqa: E402

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from pipeline.prepare.shard_writer import write_shard
+from pipeline.prepare.write.shard_writer import write_shard
 from schemas import formats
 from schemas.manifest import (
     Manifest,

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipeline import cli
+from pipeline.cli import commands as cli
 from schemas.manifest import PrepareConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from conftest import IN_PROCESS, run_prepare, sample_documents, write_jsonl, write_text
-from pipeline import config_file
-from pipeline.flag_errors import flags_of
+from pipeline.cli import config_file
+from pipeline.cli.flag_errors import flags_of
 from pipeline.prepare import launcher
 from pipeline.prepare.launcher import PrepareError, parse_args
 from schemas import formats

@@ -15,7 +15,7 @@ import pytest
 import zstandard
 
 from conftest import run_prepare, write_jsonl, write_text
-from pipeline.prepare.cleaning.fingerprints import words
+from pipeline.prepare.clean.fingerprints import words
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import kill_prepare_part_way, run_prepare, tree_bytes
 from gcs_emulator import gcs_emulator_fixture
-from pipeline import storage
+from pipeline.dataset import storage
 from pipeline.corpus import write_corpus
 from pipeline.load.batches import main as batches_main
 from schemas import formats

@@ -14,7 +14,7 @@ import pytest
 from hub_standin import HubStandIn
 from huggingface_hub import HfFileSystem
 
-from pipeline.prepare.hub import HubError, hub_file_size, open_hub_file, resolve_hub_dataset
+from pipeline.prepare.read.hub import HubError, hub_file_size, open_hub_file, resolve_hub_dataset
 
 
 def write_files(root, files: dict[str, bytes]) -> str:

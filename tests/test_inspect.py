@@ -14,9 +14,9 @@ import pytest
 from conftest import run_prepare, write_jsonl
 from tokenizer_files import train_bpe, write_tiktoken_spec
 
-from pipeline.inspect_dataset import main as inspect_main
-from pipeline.inspect_dataset import printable
-from pipeline.manifest_io import read_manifest
+from pipeline.dataset.inspect import main as inspect_main
+from pipeline.dataset.inspect import printable
+from pipeline.dataset.manifest_io import read_manifest
 from pipeline.tokenization import load_tokenizer
 from schemas import formats
 from train.run_tokenizer import RunTokenizer, load_run_tokenizer, write_run_tokenizer
@@ -190,7 +190,7 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
 
 
 def test_flag_message_rewrites_both_forms_of_got():
-    from pipeline.flag_errors import flag_message
+    from pipeline.cli.flag_errors import flag_message
 
     flags = {"seq_len": "--seq-len", "warmup_steps": "--warmup-steps"}
     assert flag_message("seq_len must be at least 1 (got 0)", flags) == "--seq-len must be at least 1, got 0"

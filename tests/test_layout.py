@@ -8,8 +8,14 @@ import re
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (
     "schemas/",
+    "pipeline/cli/",
+    "pipeline/dataset/",
     "pipeline/prepare/",
-    "pipeline/prepare/cleaning/",
+    "pipeline/prepare/read/",
+    "pipeline/prepare/clean/",
+    "pipeline/prepare/tokenize/",
+    "pipeline/prepare/write/",
+    "pipeline/prepare/execution/",
     "pipeline/load/",
     "pipeline/tokenization/",
     "pipeline/",

@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.prepare.cleaning.fingerprints import words
-from pipeline.prepare.cleaning.removals import NEAR, duplicates, places
-from pipeline.prepare.cleaning.unit_fingerprints import fingerprint_unit
+from pipeline.prepare.clean.fingerprints import words
+from pipeline.prepare.clean.removals import NEAR, duplicates, places
+from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
 from pipeline.prepare.units import WorkUnit
 from schemas.manifest import PrepareConfig
 

@@ -24,8 +24,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import run_outputs
-from pipeline.prepare import worker_environment
-from pipeline.prepare.worker_environment import (
+from pipeline.prepare.execution import worker_environment
+from pipeline.prepare.execution.worker_environment import (
     package_versions,
     staging_options,
     version_mismatch,
@@ -244,7 +244,7 @@ def _evaluate(venv: WorkerVenv, module: str, expression: str, *, cwd: str):
 
 
 def _module_origin(venv: WorkerVenv, cwd: str) -> str:
-    return _evaluate(venv, "pipeline.prepare.worker", "pipeline.prepare.worker.__file__", cwd=cwd)
+    return _evaluate(venv, "pipeline.prepare.tokenize.unit", "pipeline.prepare.tokenize.unit.__file__", cwd=cwd)
 
 
 @pytest.mark.slow
@@ -255,7 +255,7 @@ def test_worker_install_is_the_base_at_the_launchers_versions(worker_venv, tmp_p
     assert not NOT_FOR_WORKERS & set(installed)
     for name, version in _pins(worker_requirements()).items():
         assert installed.get(name) == version, name
-    module = "pipeline.prepare.worker_environment"
+    module = "pipeline.prepare.execution.worker_environment"
     worker_versions = _evaluate(worker_venv, module, f"{module}.package_versions()", cwd=str(tmp_path))
     assert version_mismatch(package_versions(), worker_versions) is None
 
@@ -284,7 +284,7 @@ def test_the_installed_console_script_runs_its_commands_beside_modules_of_the_sa
 @pytest.mark.slow
 def test_an_installed_launcher_needs_a_setup_file_or_a_container_only_for_runners_that_ship_it(worker_venv, tmp_path):
     def staged(args: list[str]) -> subprocess.CompletedProcess:
-        code = f"from pipeline.prepare.worker_environment import staging_options as s; print(s({args!r}, '.'))"
+        code = f"from pipeline.prepare.execution.worker_environment import staging_options as s; print(s({args!r}, '.'))"
         return worker_venv.run(["-c", code], cwd=str(tmp_path), timeout=60)
 
     result = staged(DATAFLOW)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.prepare.worker import shuffled_order, validation_mask
+from pipeline.prepare.tokenize.unit import shuffled_order, validation_mask
 from schemas.records import record_bounds
 
 

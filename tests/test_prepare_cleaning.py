@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
-from pipeline.prepare.cleaning.fingerprints import MinHasher, normalized, word_hashes
-from pipeline.prepare.cleaning.removals import EXACT, NEAR, duplicates, merge, place
-from pipeline.prepare.cleaning.unit_documents import kept_documents
-from pipeline.prepare.documents import DocumentPiece, DocumentRun
+from pipeline.prepare.clean.fingerprints import MinHasher, normalized, word_hashes
+from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
+from pipeline.prepare.read.unit_documents import kept_documents
+from pipeline.prepare.read.documents import DocumentPiece, DocumentRun
 from planted import near_copy, planted_corpus
 from schemas import formats
 

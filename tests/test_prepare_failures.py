@@ -188,7 +188,7 @@ def test_unit_records_of_another_plan_are_redone(tmp_path):
 
 def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
     from pipeline.load import LoaderError, open_prepared
-    from pipeline.verify import main as verify_main
+    from pipeline.dataset.verify import main as verify_main
 
     corpus = write_text(str(tmp_path / "c.txt"), sample_documents(100))
     out = tmp_path / "out"
@@ -350,7 +350,7 @@ def test_a_300_mib_line_in_a_gzip_file_is_never_held(tmp_path):
 _FOREIGN_CALLER = """
 import grpc
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
-from pipeline.prepare.forked_workers import ForkedWorkers
+from pipeline.prepare.execution.forked_workers import ForkedWorkers
 
 workers = ForkedWorkers(1)
 try:

@@ -15,9 +15,9 @@ from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, Go
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
 from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
-from pipeline import inspect_dataset
+from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare import launcher
-from pipeline.prepare.cleaning.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
+from pipeline.prepare.clean.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
 from schemas import formats
 from web_text import held_out_documents, prose
 

@@ -104,7 +104,7 @@ def test_a_run_started_with_ctrl_c_ignored_is_not_disturbed_by_it(uninterrupted,
 
 _SWALLOWED = """
 import os, signal
-from pipeline import interrupts
+from pipeline.cli import interrupts
 
 interrupts.install()
 

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import IN_PROCESS, run_prepare, sample_documents, tree_bytes, write_text
 from pipeline.prepare import launcher
-from pipeline.prepare.output_dir import prepare_output_dir
+from pipeline.prepare.write.output_dir import prepare_output_dir
 from pipeline.prepare.planning import make_plan
-from pipeline.prepare.worker_environment import package_versions
-from pipeline.verify import main as verify_main
+from pipeline.prepare.execution.worker_environment import package_versions
+from pipeline.dataset.verify import main as verify_main
 from schemas import formats
 
 ARGS = ["--unit-bytes", "4096"]
@@ -59,7 +59,7 @@ def test_a_shard_lost_after_its_unit_finished_is_made_again(corpus, tmp_path, da
 
 
 def test_no_manifest_is_written_over_a_missing_shard(corpus, tmp_path):
-    from pipeline.prepare.finalize import FinalizeError, write_outputs
+    from pipeline.prepare.write.finalize import FinalizeError, write_outputs
 
     out = str(tmp_path / "out")
     interrupted_before_manifest(corpus, out)

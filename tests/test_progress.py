@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from pipeline.prepare.progress import Progress
+from pipeline.prepare.execution.progress import Progress
 
 
 class Clock:

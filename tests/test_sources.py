@@ -11,12 +11,12 @@ import random
 import pytest
 
 from conftest import write_parquet
-from pipeline.prepare.documents import DocumentPiece, Tally
-from pipeline.prepare.sources import SOURCES
-from pipeline.prepare.sources.base import ContentDigest, separator_regex, split_at_separator_lines
-from pipeline.prepare.sources.columnar import row_ranges
+from pipeline.prepare.read.documents import DocumentPiece, Tally
+from pipeline.prepare.read import SOURCES
+from pipeline.prepare.read.base import ContentDigest, separator_regex, split_at_separator_lines
+from pipeline.prepare.read.columnar import row_ranges
 from pipeline.prepare.units import WorkUnit
-from pipeline.storage import FileInfo
+from pipeline.dataset.storage import FileInfo
 from schemas.manifest import PrepareConfig
 
 SEP = "<|endoftext|>"
@@ -254,7 +254,7 @@ def test_documents_carry_the_line_or_row_they_start_on(tmp_path):
     "a\nSEP\n\nSEP\nb\n", "SEP\na\nSEP\nSEP\n b \n  SEP\r\nc\nSEP", "\nSEP\nx\n", "a SEP b\n", "SEP", "x\nSEP\n\n\nSEP\n",
 ])
 def test_lines_between_pieces_add_up_to_the_data(data):
-    from pipeline.prepare.sources.base import separated
+    from pipeline.prepare.read.base import separated
 
     for form in (data, data.encode()):
         pieces, between = separated(form, "SEP")

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import decoded_documents, run_prepare
-from pipeline.prepare.documents import EMPTY, LINE_TOO_LONG, MISSING_TEXT
+from pipeline.prepare.read.documents import EMPTY, LINE_TOO_LONG, MISSING_TEXT
 from pipeline.prepare.launcher import PrepareError
-from pipeline.prepare.sources.base import BOM, separator_regex
+from pipeline.prepare.read.base import BOM, separator_regex
 from pipeline.tokenization.tiktoken_backend import load_encoding
 from test_sources import config, read_all
 

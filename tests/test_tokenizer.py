@@ -289,7 +289,7 @@ def test_the_lengths_index_finds_every_document_at_its_bos_in_small_records(bpe,
     # Documents hold the boundary tokens' text and span several 16-token records: the index still
     # finds exactly the documents written, each starting with the BOS and ending with the EOS.
     from pipeline.load.lengths import SplitLengths
-    from pipeline.manifest_io import read_manifest
+    from pipeline.dataset.manifest_io import read_manifest
 
     spec = bpe if backend == "tokenizers" else write_tiktoken_spec(bpe, str(tmp_path / "tt"))
     texts = [f"story {i} says <s> and </s> and <|endoftext|> " + "word " * (i % 30) for i in range(26)]

@@ -12,7 +12,7 @@ import numpy as np
 
 import train.sample as sample_module
 from model.config import preset
-from pipeline.log_cadence import format_duration
+from pipeline.cli.log_cadence import format_duration
 from synthetic import write_prepared
 from train.config import TrainConfig
 from train.metrics import PlainProgress

@@ -11,10 +11,10 @@ import os
 import sys
 
 from model.config import PRESETS
-from pipeline import config_file
-from pipeline.cli import HelpFormatter
-from pipeline.config_file import add_option as add_config_option
-from pipeline.flag_errors import flag_message, flags_of
+from pipeline.cli import config_file
+from pipeline.cli.commands import HelpFormatter
+from pipeline.cli.config_file import add_option as add_config_option
+from pipeline.cli.flag_errors import flag_message, flags_of
 from train.settings import default
 
 # Command-line options that are not run settings.

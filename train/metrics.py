@@ -12,7 +12,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from pipeline.log_cadence import LogCadence, format_count, format_duration
+from pipeline.cli.log_cadence import LogCadence, format_count, format_duration
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"

@@ -27,7 +27,7 @@ import grain
 import numpy as np
 from etils import epath
 
-from pipeline.integrity import shard_problems
+from pipeline.dataset.integrity import shard_problems
 from pipeline.load.data_spec import DataSource, check_names
 from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage

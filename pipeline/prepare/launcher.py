@@ -20,20 +20,24 @@ import time
 
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipeline import config_file, storage
-from pipeline.cli import HelpFormatter
-from pipeline.config_file import add_option as add_config_option
-from pipeline.flag_errors import flag_message, flags_of
-from pipeline.log_cadence import format_count, format_duration
-from pipeline.manifest_io import shard_sizes
-from pipeline.prepare import beam_job, hub_filesystem, job
-from pipeline.prepare.cleaning.dry_run import dry_run_report
-from pipeline.prepare.cleaning.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.cleaning.job import build_cleaning, is_cleaned
-from pipeline.prepare.cleaning.quality_filters import FilterError, check_filters, parse_parameter
-from pipeline.prepare.cleaning.removals import cleans
-from pipeline.prepare.failures import read_failures, remote_failures_dir
-from pipeline.prepare.finalize import (
+from pipeline.cli import config_file
+
+from pipeline.dataset import storage
+from pipeline.cli.commands import HelpFormatter
+from pipeline.cli.config_file import add_option as add_config_option
+from pipeline.cli.flag_errors import flag_message, flags_of
+from pipeline.cli.log_cadence import format_count, format_duration
+from pipeline.dataset.manifest_io import shard_sizes
+from pipeline.prepare.execution import beam_job
+from pipeline.prepare.read import hub_filesystem
+from pipeline.prepare.execution import watch as job
+from pipeline.prepare.clean.dry_run import dry_run_report
+from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
+from pipeline.prepare.clean.job import build_cleaning, is_cleaned
+from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
+from pipeline.prepare.clean.removals import cleans
+from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
+from pipeline.prepare.write.finalize import (
     FinalizeError,
     finished_unit_indices,
     finished_units,
@@ -41,18 +45,18 @@ from pipeline.prepare.finalize import (
     is_complete,
     write_outputs,
 )
-from pipeline.prepare.output_dir import (
+from pipeline.prepare.write.output_dir import (
     COMPLETE,
     OutputError,
     earlier_hub_revisions,
     prepare_output_dir,
 )
 from pipeline.prepare.planning import Plan, make_plan
-from pipeline.prepare.progress import Progress
-from pipeline.prepare.sources import SourceError
+from pipeline.prepare.execution.progress import Progress
+from pipeline.prepare.read import SourceError
 from pipeline.prepare.units import UnitResult
-from pipeline.prepare.worker import RunContext
-from pipeline.prepare.worker_environment import package_versions, staging_options, version_differences
+from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.execution.worker_environment import package_versions, staging_options, version_differences
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats

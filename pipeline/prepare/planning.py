@@ -14,11 +14,11 @@ import dataclasses
 import hashlib
 import json
 
-from pipeline import storage
-from pipeline.prepare.cleaning.eval_sets import file_sha256
-from pipeline.prepare.documents import Reject
-from pipeline.prepare.inputs import resolve_inputs
-from pipeline.prepare.sources import SOURCES, SourceError
+from pipeline.dataset import storage
+from pipeline.prepare.clean.eval_sets import file_sha256
+from pipeline.prepare.read.documents import Reject
+from pipeline.prepare.read.inputs import resolve_inputs
+from pipeline.prepare.read import SOURCES, SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.tokenization import tokenizer_info
 from schemas.manifest import PrepareConfig, TokenizerInfo

@@ -10,7 +10,7 @@ encoded as ordinary text): an ordinary token as EOS, or an added token not marke
 let a document holding its text end in the middle. And the BOS may not be the EOS: the loader finds
 a document's end by the EOS, so a BOS equal to it would end a document of its own before each.
 
-A cut document's pieces (see `pipeline.prepare.documents`) each end with the EOS, and only the
+A cut document's pieces (see `pipeline.prepare.read.documents`) each end with the EOS, and only the
 first piece starts with the BOS: the loader sees the pieces as documents, and a BOS still marks
 only a document's real start.
 """

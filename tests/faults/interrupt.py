@@ -27,9 +27,9 @@ class Moment:
 MOMENTS = {
     "imports": Moment("apache_beam"),
     "planning": Moment("pipeline.prepare.planning", "make_plan"),
-    "cleaning": Moment("pipeline.prepare.cleaning.unit_fingerprints", "fingerprint_unit", after_call=2),
-    "units": Moment("pipeline.prepare.worker", "process_unit", after_call=3),
-    "finishing": Moment("pipeline.prepare.finalize", "write_outputs"),
+    "cleaning": Moment("pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit", after_call=2),
+    "units": Moment("pipeline.prepare.tokenize.unit", "process_unit", after_call=3),
+    "finishing": Moment("pipeline.prepare.write.finalize", "write_outputs"),
 }
 
 

@@ -1,0 +1,150 @@
+"""The `tokshards` command: one entry to every subcommand, each a module with `parser` and `main`.
+
+`python -m pipeline` and `python -m train` run the same commands through `run_command`. A command's
+module is imported only when it runs, so `tokshards prepare` needs only the base install and the
+train commands load JAX only for themselves. Expected failures print one line and exit non-zero;
+tracebacks are kept for real bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from importlib import metadata
+
+from pipeline.cli import interrupts
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option shows its default. An option whose default is None says in its own help what
+    leaving it out does ("default: from the file name"), which "(default: None)" would not."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)` (or
+    the functions named here) define it, and the setup.py extra it needs beyond the base install."""
+
+    summary: str
+    module: str
+    main: str = "main"
+    parser: str = "parser"
+    extra: str | None = None
+
+    def function(self, name: str) -> Callable:
+        return getattr(importlib.import_module(self.module), name)
+
+
+COMMANDS = {
+    "prepare": Command("tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"),
+    "verify": Command("re-hash a prepared directory's shards against its manifest", "pipeline.dataset.verify"),
+    "inspect": Command("totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"),
+    "batches": Command("write the batches one host would train on to an .npz", "pipeline.load.batches",
+                       extra="load"),
+    "corpus": Command("write the embedded TinyStories-style demo corpus", "pipeline.corpus"),
+    "train": Command("train a GPT on prepared data, or resume a workdir's run", "train.cli", extra="train"),
+    "sample": Command("continue a prompt from a run's latest checkpoint", "train.cli", main="sample_main",
+                      parser="sample_parser", extra="train"),
+}
+# Commands that import Beam.
+_BEAM = ("prepare", "verify", "inspect")
+_OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
+
+
+def parser(prog: str = "tokshards") -> argparse.ArgumentParser:
+    """The top-level parser, for its help and errors; a command's own arguments go to its own parser."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader and a Flax "
+        f"NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = p.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+    for name, command in COMMANDS.items():
+        commands.add_parser(name, help=command.summary, add_help=False)
+    return p
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tokshards")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "(not installed)"
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        parser(prog).parse_args(argv)  # prints the help, the version or the error, and exits
+    return run_command(argv[0], argv[1:], f"{prog} {argv[0]}")
+
+
+def run_command(name: str, argv: list[str], prog: str) -> int:
+    """Runs one command; a Ctrl-C at any moment ends it with one line and status 130."""
+    interrupts.install()
+    try:
+        if name in _BEAM:
+            _import_beam_quietly()
+        status = COMMANDS[name].function(COMMANDS[name].main)(argv, prog)
+        interrupts.settle()
+    except ModuleNotFoundError as e:
+        extra = COMMANDS[name].extra
+        if extra is None or (e.name or "").partition(".")[0] in _OWN_PACKAGES:
+            raise
+        print(f"{name}: error: {e.name} is not installed; this command needs the {extra!r} extra: "
+              f"pip install 'tokshards[{extra}]'", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        interrupts.settle()
+        return _interrupted(name)
+    # An interrupt that a finalizer swallowed still ends the run as interrupted.
+    return _interrupted(name) if interrupts.received() else status
+
+
+def _import_beam_quietly() -> None:
+    """Without Beam's gcp extra, importing Beam warns on the root logger that BigQuery's clients are
+    missing; no command here uses them, so the warning is held back for the import alone."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        import apache_beam  # noqa: F401
+    finally:
+        root.setLevel(level)
+
+
+def _interrupted(name: str) -> int:
+    start = "\n" if sys.stderr.isatty() else ""  # after the progress line
+    if name == "prepare":
+        # The job and its workers are stopped on the way out; what they finished stays.
+        print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
+    else:
+        print(f"{start}{name}: interrupted", file=sys.stderr)
+    return 130
+
+
+def exit_now(status: int) -> None:
+    """Ends the process. Without JAX loaded, it skips the interpreter's teardown of Beam's and its
+    clients' modules (half a second that does nothing: every file is written and closed before a
+    command returns); with JAX, the teardown runs its exit handlers, which leave a multi-host run."""
+    if "jax" in sys.modules:
+        sys.exit(status)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def run() -> None:
+    """The `tokshards` console script."""
+    exit_now(main())

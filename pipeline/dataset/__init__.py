@@ -1,0 +1,1 @@
+"""A prepared directory as a reader sees it: storage, the manifest, integrity, verify and inspect."""

@@ -1,0 +1,46 @@
+"""`verify`: re-hash every shard against the manifest, naming each one that does not match."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.dataset import storage
+from pipeline.cli.commands import HelpFormatter
+from pipeline.dataset.integrity import shard_problems
+from pipeline.dataset.manifest_io import read_manifest, shard_sizes
+from schemas.manifest import Manifest, ManifestError
+
+
+def problems(data_dir: str, manifest: Manifest) -> list[str]:
+    sizes = shard_sizes(data_dir)
+    found = shard_problems(
+        manifest.shards,
+        size_of=sizes.get,
+        open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
+        hashes=True,
+    )
+    return [str(p) for p in found]
+
+
+def parser(prog: str = "tokshards verify") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("data_dir", help="a prepared directory (holds manifest.json)")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        manifest = read_manifest(args.data_dir)
+    except ManifestError as e:
+        print(f"verify: error: {e}", file=sys.stderr)
+        return 2
+    found = problems(args.data_dir, manifest)
+    for line in found:
+        print(line)
+    if found:
+        print(f"verify: {len(found)} of {len(manifest.shards)} shards do not match the manifest", file=sys.stderr)
+        return 1
+    print(f"verify: all {len(manifest.shards)} shards match the manifest")
+    return 0

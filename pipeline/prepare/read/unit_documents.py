@@ -1,0 +1,47 @@
+"""A unit's documents, numbered: the one reading of a unit that every pass over it shares.
+
+A document's number is its ordinal within its unit, in input order; a cut document counts once and
+all its pieces carry its number. The fingerprint pass and the tokenizing pass both read units
+through here, so a removal list written by the first names the same documents in the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from pipeline.prepare.read.documents import DocumentPiece, DocumentRun, Read, Tally
+from pipeline.prepare.read import SOURCES
+from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.units import WorkUnit
+from schemas.manifest import PrepareConfig
+
+
+def numbered_documents(
+    unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+) -> Iterator[tuple[int, Read]]:
+    """`(number of the first document, what was read)` for each run of whole documents or piece of
+    a cut one the unit's source yields (see `Source.read`)."""
+    following = 0
+    for read in SOURCES[unit.format].read(unit, config, tally, digest, located=located):
+        if isinstance(read, DocumentPiece):
+            if read.first:
+                following += 1
+            yield following - 1, read
+        else:
+            yield following, read
+            following += len(read.texts)
+
+
+def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]) -> Iterator[Read]:
+    """What `numbered` read, without the documents whose numbers are in `removed`."""
+    for first, read in numbered:
+        if not removed:
+            yield read
+        elif isinstance(read, DocumentPiece):
+            if first not in removed:
+                yield read
+        else:
+            kept = [i for i in range(len(read.texts)) if first + i not in removed]
+            if kept:
+                pick = lambda values: None if values is None else [values[i] for i in kept]  # noqa: E731
+                yield DocumentRun(pick(read.texts), pick(read.locations), pick(read.ids))

@@ -1,0 +1,1 @@
+"""prepare's tokenize step: one work unit's documents to token ids, split, shuffled and packed into records."""

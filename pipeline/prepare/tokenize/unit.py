@@ -1,0 +1,256 @@
+"""Turning one work unit into its shards: read, tokenize, split, shuffle, pack, write, record.
+
+Everything here depends only on the unit and the config, so any worker, on any runner, at any
+time, writes the same bytes for the same unit. Documents are handled in batches of about
+`unit_bytes` (one batch for most units), so a worker's memory stays bounded whatever the input's
+shape. The unit record is written last: a unit without one is unfinished, whatever shards it may
+have left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import platform
+import resource
+import time
+
+import numpy as np
+
+from pipeline.dataset import storage
+from pipeline.prepare.clean.edits import edited_documents, read_edits
+from pipeline.prepare.clean.removals import cleans, removed_numbers
+from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
+from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
+from pipeline.prepare.write.shard_writer import ShardWriter
+from pipeline.prepare.read import SourceError
+from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.units import (
+    UnitResult,
+    WorkUnit,
+    unit_record_name,
+    unit_rejects_name,
+)
+from pipeline.prepare.execution.worker_environment import package_versions
+from pipeline.splitmix import splitmix64
+from pipeline.tokenization import Tokenizer, load_tokenizer
+from schemas import formats
+from schemas.manifest import PrepareConfig, ShardInfo
+from schemas.records import encode_record, numpy_dtype, record_bounds
+
+
+def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
+    """True for documents that go to validation, by a salted hash of their text.
+
+    A document's split depends on its content alone, so it stays put when the corpus around it
+    changes, and exact duplicates land in the same split.
+    """
+    if fraction <= 0.0:
+        return np.zeros(len(texts), dtype=bool)
+    salt = seed.to_bytes(8, "little", signed=True)
+    threshold = int(fraction * 2**64)
+    return np.fromiter(
+        (
+            int.from_bytes(
+                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8, salt=salt).digest(),
+                "little",
+            )
+            < threshold
+            for t in texts
+        ),
+        dtype=bool,
+        count=len(texts),
+    )
+
+
+def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: str) -> np.ndarray:
+    """A permutation keyed by stable hashes, so it is the same under any numpy version."""
+    key = hashlib.blake2b(f"{seed}:{unit_index}:{batch}:{split}".encode(), digest_size=8).digest()
+    keys = splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
+    return np.argsort(keys, kind="stable")
+
+
+class InputChangedError(RuntimeError):
+    """An input is not what the run planned: resuming would mix two versions of it."""
+
+    deterministic = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every unit of a run shares, pickled once into the pipeline's DoFn."""
+
+    config: PrepareConfig
+    dtype_name: str
+    num_units: int
+    output_dir: str
+    plan: str  # the plan's fingerprint, recorded in every unit record
+    package_versions: dict[str, str]  # the launcher's, for the run's extras
+    extras: tuple[str, ...]
+    failures_dir: str
+    eval_digests: tuple[str, ...] = ()  # SHA-256 of each of config.decontaminate, as the launcher read them
+
+
+class _SplitShards:
+    """The unit's shard per split, opened when the split gets its first record."""
+
+    def __init__(self, context: RunContext, unit: WorkUnit):
+        self._context = context
+        self._unit = unit
+        self._writers: dict[str, ShardWriter] = {}
+        self._documents: dict[str, int] = {}
+        self._tokens: dict[str, int] = {}
+
+    def write(self, split: str, tokens: np.ndarray, lengths: list[int]) -> None:
+        if split not in self._writers:
+            relative = formats.shard_path(split, self._unit.index, self._context.num_units)
+            self._writers[split] = ShardWriter(storage.join(self._context.output_dir, relative))
+        writer = self._writers[split]
+        bounds = record_bounds(lengths, self._context.config.record_tokens)
+        for a, b in zip(bounds, bounds[1:]):
+            writer.write(encode_record(tokens[a:b], self._context.dtype_name))
+        self._documents[split] = self._documents.get(split, 0) + len(lengths)
+        self._tokens[split] = self._tokens.get(split, 0) + len(tokens)
+
+    def close(self) -> tuple[ShardInfo, ...]:
+        shards = []
+        for split in formats.SPLITS:
+            if split in self._writers:
+                written = self._writers.pop(split).close()
+                shards.append(
+                    ShardInfo(
+                        split=split,
+                        path=formats.shard_path(split, self._unit.index, self._context.num_units),
+                        unit=self._unit.index,
+                        records=written.records,
+                        documents=self._documents[split],
+                        tokens=self._tokens[split],
+                        bytes=written.bytes,
+                        sha256=written.sha256,
+                    )
+                )
+        return tuple(shards)
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
+
+
+class _UnitWriter:
+    """Batches of documents to shards: split, shuffle within the batch, encode, pack."""
+
+    def __init__(self, context: RunContext, unit: WorkUnit, tokenizer: Tokenizer):
+        self._context = context
+        self._config = context.config
+        self._unit = unit
+        self._tokenizer = tokenizer
+        self._dtype = numpy_dtype(context.dtype_name)
+        self.shards = _SplitShards(context, unit)
+        self._batch: list[str] = []
+        self._batch_bytes = 0
+        self._batches = 0
+        self._piece_split = "train"
+
+    def add(self, read: Read) -> None:
+        """A run of whole documents, or one piece of a cut document (see `Source.read`)."""
+        if isinstance(read, DocumentPiece):
+            self._add_piece(read)
+            return
+        self._batch += read.texts
+        self._batch_bytes += sum(map(len, read.texts))
+        if self._batch_bytes >= self._config.unit_bytes:
+            self.flush()
+
+    def _add_piece(self, piece: DocumentPiece) -> None:
+        """A cut document's pieces stay in order, each starting a record, all in the split of its
+        first piece."""
+        self.flush()
+        if piece.first:
+            to_validation = validation_mask([piece.text], self._config.validation_fraction, self._config.seed)
+            self._piece_split = "validation" if to_validation[0] else "train"
+        if piece.text:
+            tokens, lengths = self._tokenizer.encode_piece(piece.text, first=piece.first)
+            self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
+
+    def flush(self) -> None:
+        if not self._batch:
+            return
+        texts, self._batch, self._batch_bytes = self._batch, [], 0
+        to_validation = validation_mask(texts, self._config.validation_fraction, self._config.seed)
+        for split, selected in (("train", ~to_validation), ("validation", to_validation)):
+            indices = np.flatnonzero(selected)
+            if len(indices):
+                order = indices[shuffled_order(len(indices), self._config.seed, self._unit.index, self._batches, split)]
+                tokens, lengths = self._tokenizer.encode_documents([texts[i] for i in order.tolist()])
+                # The dtype was chosen to hold every id of the vocabulary.
+                self.shards.write(split, tokens.astype(self._dtype), lengths.tolist())
+        self._batches += 1
+
+
+_worker_versions = functools.cache(package_versions)
+
+
+def check_unchanged(unit: WorkUnit) -> None:
+    info = storage.file_info(unit.path)
+    if (info.size, info.version) != (unit.size, unit.version):
+        raise InputChangedError(
+            f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
+            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs as they are now"
+        )
+
+
+def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
+    """Reads, tokenizes and writes one unit, then records it. Content errors raise SourceError,
+    or, with `skip_bad_files`, skip the whole unit with a recorded reject."""
+    started = time.perf_counter()
+    config = context.config
+    check_unchanged(unit)
+    tally, digest = Tally(), ContentDigest()
+    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    writer = _UnitWriter(context, unit, tokenizer)
+    removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
+    edits = read_edits(context.output_dir, unit.index) if config.filters else {}
+    try:
+        numbered = edited_documents(numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes)
+        for read in kept_documents(numbered, removed):
+            writer.add(read)
+        writer.flush()
+        shards = writer.shards.close()
+    except SourceError as e:
+        writer.shards.abort()
+        if not config.skip_bad_files:
+            raise
+        # The whole unit is skipped and recorded: no partial file is taken as complete.
+        tally = Tally()
+        tally.reject(Reject(e.reason, unit.path, f"unit {unit.index}: {e}"))
+        shards = ()
+    except BaseException:
+        writer.shards.abort()
+        raise
+    state = storage.join(context.output_dir, formats.STATE_DIR)
+    if tally.rejects:
+        lines = "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in tally.rejects)
+        storage.write_bytes_atomic(
+            storage.join(state, formats.UNIT_REJECTS_DIR, unit_rejects_name(unit.index)), lines.encode()
+        )
+    result = UnitResult(
+        unit=unit.index,
+        plan=context.plan,
+        shards=shards,
+        skipped=dict(sorted(tally.skipped.items())),
+        counts=dict(sorted(tally.counts.items())),
+        digest=digest.hexdigest(),
+        newlines=digest.newlines,
+        package_versions=_worker_versions(context.extras),
+        seconds=time.perf_counter() - started,
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux counts KiB
+        worker=f"{platform.node()}:{os.getpid()}",
+    )
+    storage.write_bytes_atomic(
+        storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()
+    )
+    return result
