@@ -45,7 +45,7 @@ def write_cache(records: int, seed: int = 0) -> None:
         firsts = np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
         arrays = {"docs": docs, "firsts": firsts, "offsets": lengths.record_offsets(docs, firsts),
                   "lead": np.zeros(count, np.int32), "before": np.full(count, -1, np.int32)}
-        prefix = lengths.entry_prefix(_shard(index, 0), EOT_ID)
+        prefix = lengths.entry_prefix(_shard(index, 0).sha256, EOT_ID, "uint16")
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         for name, array in arrays.items():
             np.save(f"{prefix}-{name}.npy", array)
@@ -59,8 +59,8 @@ def _resident_mb() -> float:
 def open_split(records: int) -> lengths.SplitLengths:
     counts = np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))
     shards = [_shard(i, int(n)) for i, n in enumerate(counts)]
-    return lengths.SplitLengths.of_shards(shards, [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards],
-                                          EOT_ID)
+    prefixes = [lengths.entry_prefix(s.sha256, EOT_ID, "uint16") for s in shards]
+    return lengths.SplitLengths.of_shards(shards, [lengths.read_entry(p) for p in prefixes], prefixes)
 
 
 def measure(records: int, packing: str, steps: int, rows: int) -> None:

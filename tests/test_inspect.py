@@ -203,9 +203,9 @@ def test_flag_message_rewrites_both_forms_of_got():
 
 def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "pipeline.load.lengths", raising=False)
-    monkeypatch.setitem(sys.modules, "grain", None)  # not installed
+    monkeypatch.setitem(sys.modules, "etils", None)  # not installed
     assert inspect_main([stories_dataset]) == 2
     assert capsys.readouterr().err == (
-        "inspect: error: document statistics read the loader's lengths index, which needs the load extra (grain is "
+        "inspect: error: document statistics read the loader's lengths index, which needs the load extra (etils is "
         "missing): pip install 'tokshards[load]'\n"
     )

@@ -60,14 +60,20 @@ def length_summary(lengths: np.ndarray) -> str:
 
 
 def _split_lengths(data_dir: str, manifest: Manifest, split: str):
+    """The split's lengths index; an InspectError naming the shard where one is missing or damaged
+    (the index checks every shard it reads against the manifest)."""
     try:
+        from pipeline.load.errors import LoaderError
         from pipeline.load.lengths import SplitLengths
     except ImportError as e:
         raise InspectError(
             f"document statistics read the loader's lengths index, which needs the load extra ({e.name} is "
             "missing): pip install 'tokshards[load]'"
         ) from None
-    return SplitLengths.of(data_dir, manifest, split)
+    try:
+        return SplitLengths.of(data_dir, manifest, split)
+    except LoaderError as e:
+        raise InspectError(str(e)) from None
 
 
 def _plot(lengths: np.ndarray, path: str, title: str) -> None:
@@ -160,10 +166,10 @@ def run(args: argparse.Namespace) -> None:
         manifest = read_manifest(args.data_dir)
     except ManifestError as e:
         raise InspectError(str(e)) from None
-    print("\n".join(describe(manifest)))
     if args.split not in manifest.totals:
         raise InspectError(f"no split {args.split!r} (splits: {sorted(manifest.totals)})")
     lengths = _split_lengths(args.data_dir, manifest, args.split)
+    print("\n".join(describe(manifest)))
     every = np.concatenate(lengths.docs) if lengths.docs else np.zeros(0, np.uint32)
     print(f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} documents):")
     print(length_summary(every))

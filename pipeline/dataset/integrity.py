@@ -14,6 +14,12 @@ from typing import BinaryIO
 from schemas.manifest import ShardInfo
 
 
+def repair_hint(data_dir: str) -> str:
+    """What to do about a damaged prepared directory, the end of every error that finds one."""
+    return (f"run `tokshards verify {data_dir}` to find every damaged file, then prepare (or copy) the directory "
+            "again to repair it")
+
+
 def file_sha256(f: BinaryIO) -> str:
     """SHA-256 of everything left in a binary file object, read in blocks."""
     return hashlib.file_digest(f, "sha256").hexdigest()

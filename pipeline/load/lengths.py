@@ -1,10 +1,10 @@
 """The document lengths of every record of a split: what the global index plans batches from.
 
 The manifest gives each shard's record and token totals, not each record's; the lengths come from
-one sequential read of every shard, kept in a cache keyed by the shard's SHA-256 (from the
-manifest), so a directory is scanned once per machine, whoever reads it later, and a shard
-prepared again gets a fresh entry. Per shard the cache holds .npy files, opened as memory maps
-(never read whole):
+one sequential read of every shard, kept in a cache keyed by the SHA-256 of the bytes that read
+hashed (checked against the manifest's before anything is kept), so a directory is scanned once
+per machine, whoever reads it later, and a shard prepared again gets a fresh entry. Per shard the
+cache holds .npy files, opened as memory maps (never read whole):
 
     SHA256-docs.npy       uint32 [documents]   tokens of each document, end-of-text id included
     SHA256-firsts.npy     int64  [records + 1] index of the first document that starts in each
@@ -16,35 +16,56 @@ prepared again gets a fresh entry. Per shard the cache holds .npy files, opened 
                                                record continues a document; -1 where it starts one
     SHA256-units-L.npy    int64  [records + 1] document packing's units before each record, for
                                                rows of L tokens (`record_units`)
+    SHA256-seen.json                           the files (path, inode, size, times) found to hold
+                                               exactly these bytes
 
 A document ends at its end-of-text id, whichever record that is in: a document longer than
 `record_tokens` spans several records (schemas/records.py). The units file is derived from the
 others (no read of the data) the first time document packing needs it. So the index costs 4 bytes
 per document and 24 per record on disk (8 more per `seq_len` document packing is used with), and
 in memory only the pages a step touches.
+
+An entry is used for a shard only when the shard's file is there at the manifest's size, the entry
+holds the manifest's documents, tokens and records for it, and that very file (by its path, inode,
+size and modification times) was hashed to the entry's SHA-256: a file swapped, copied over or
+edited since is hashed again first. Anything else is a one-line `LoaderError` naming the file, or,
+for an entry that does not add up, a scan that replaces it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from itertools import accumulate
+from typing import BinaryIO
 
-import grain
 import numpy as np
+from array_record.python.array_record_module import ArrayRecordReader
 from etils import epath
 
+from pipeline.dataset.integrity import repair_hint
+from pipeline.load.errors import LoaderError
 from schemas.manifest import Manifest, ShardInfo
 from schemas.records import numpy_dtype
 
 CACHE_ENV = "TOKSHARDS_INDEX_CACHE"
 _DEFAULT_CACHE = os.path.join("~", ".cache", "tokshards", "lengths")
-# The cache's layout: 1 ended a document at every record's end, as records then held whole documents.
-_LAYOUT = 2
+# The cache's layout: 3 keys an entry by the hash of the bytes it was scanned from, and its dtype;
+# 2 took the manifest's hash on trust; 1 ended a document at every record's end, as records then
+# held whole documents.
+_LAYOUT = 3
 _SCANNED = ("docs", "firsts", "offsets", "lead", "before")
 _SCAN_BATCH = 256  # records read per call while scanning
+_HASH_BLOCK = 2**20
+_SEEN_KEPT = 64  # files remembered per entry (copies of a directory, the same file after a touch)
+_SETTLED_SECONDS = 2.0
 
 
 def cache_dir() -> str:
@@ -60,21 +81,26 @@ def document_lengths(tokens: np.ndarray, ends: np.ndarray, eot_id: int) -> tuple
     return np.diff(stops, prepend=0).astype(np.uint32), counts
 
 
-def _scan(path: str, shard: ShardInfo, dtype: np.dtype, eot_id: int) -> dict[str, np.ndarray]:
-    """The cache's arrays for one shard (see the module's docstring), from one sequential read."""
-    source = grain.sources.ArrayRecordDataSource([f"{path}[0:{shard.records}]"])
-    runs, counts, sizes, lasts = [], [], [], []
-    for first in range(0, shard.records, _SCAN_BATCH):
-        records = [np.frombuffer(r, dtype) for r in source.__getitems__(range(first, min(first + _SCAN_BATCH, shard.records)))]
-        r, c = document_lengths(np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id)
-        runs.append(r)
-        counts.append(c)
-        sizes += [len(r) for r in records]
-        lasts += [int(r[-1]) if len(r) else eot_id for r in records]
+def _scan(path: str, dtype: np.dtype, eot_id: int) -> dict[str, np.ndarray]:
+    """The cache's arrays for every record of a local shard file (see the module's docstring), from
+    one sequential read."""
+    reader = ArrayRecordReader(path)
+    try:
+        count = reader.num_records()
+        runs, counts, sizes, lasts = [np.zeros(0, np.uint32)], [np.zeros(0, np.int64)], [], []
+        for first in range(0, count, _SCAN_BATCH):
+            records = [np.frombuffer(r, dtype) for r in reader.read(first, min(first + _SCAN_BATCH, count))]
+            r, c = document_lengths(np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id)
+            runs.append(r)
+            counts.append(c)
+            sizes += [len(r) for r in records]
+            lasts += [int(r[-1]) if len(r) else eot_id for r in records]
+    finally:
+        reader.close()
     runs, counts, lasts = np.concatenate(runs), np.concatenate(counts), np.array(lasts, np.int64)
     # A record that does not end with an end-of-text id is continued by the next: its last run and
     # the next record's first are one document.
-    before = np.concatenate(([-1], np.where(lasts[:-1] == eot_id, -1, lasts[:-1])))
+    before = np.concatenate(([-1], np.where(lasts[:-1] == eot_id, -1, lasts[:-1])))[:count]
     first_runs = np.concatenate(([0], np.cumsum(counts)))
     joined = np.zeros(len(runs), bool)
     joined[first_runs[:-1][before >= 0]] = True  # a run that continues the run before it
@@ -103,21 +129,164 @@ def _load(path: str) -> np.ndarray:
     return np.asarray(np.load(path, mmap_mode="r"))
 
 
-def entry_prefix(shard: ShardInfo, eot_id: int) -> str:
-    """Where a shard's cache files are: this path, then "-docs.npy", "-firsts.npy"..."""
-    return os.path.join(cache_dir(), f"v{_LAYOUT}-eot{eot_id}", shard.sha256)
+def entry_prefix(sha256: str, eot_id: int, dtype_name: str) -> str:
+    """Where the cache entry of a shard whose bytes hash to `sha256` is: this path, then "-docs.npy",
+    "-firsts.npy"..."""
+    return os.path.join(cache_dir(), f"v{_LAYOUT}-eot{eot_id}-{dtype_name}", sha256)
+
+
+def read_entry(prefix: str) -> dict[str, np.ndarray] | None:
+    """An entry's arrays, None where it is incomplete or its arrays disagree in length (a file cut
+    short, or written by something else)."""
+    try:
+        arrays = {name: _load(f"{prefix}-{name}.npy") for name in _SCANNED}
+    except (OSError, ValueError, EOFError):
+        return None
+    # Checks that touch a few values only: the maps are paged in as steps need them, never whole.
+    docs, firsts, offsets = arrays["docs"], arrays["firsts"], arrays["offsets"]
+    records = len(firsts) - 1
+    if (
+        records < 0 or len(offsets) != records + 1 or len(arrays["lead"]) != records
+        or len(arrays["before"]) != records or int(firsts[-1]) != len(docs) or offsets[0] != 0
+    ):
+        return None
+    return arrays
+
+
+def _counts(arrays: dict[str, np.ndarray]) -> tuple[int, int, int]:
+    """An entry's documents, tokens and records."""
+    return len(arrays["docs"]), int(arrays["offsets"][-1]), len(arrays["firsts"]) - 1
+
+
+def _is_local(path: epath.Path) -> bool:
+    return "://" not in str(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FileIdentity:
+    """A file's size, and a signature that changes whenever its bytes may have: a write changes the
+    modification times, a swap or a copy the inode. `settled`: changed long enough ago that a write
+    within the clock's granularity after the signature was taken cannot leave it unchanged (a file
+    changed just now is hashed again the next time, as git treats a racily clean file)."""
+
+    size: int
+    signature: str
+    settled: bool
+
+
+def _file_identity(path: epath.Path) -> _FileIdentity | None:
+    """None for a missing file."""
+    if _is_local(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        size, changed = st.st_size, max(st.st_mtime_ns, st.st_ctime_ns) / 1e9
+        signature = f"{os.path.realpath(path)} {st.st_dev}:{st.st_ino} {size} {st.st_mtime_ns} {st.st_ctime_ns}"
+    else:  # an object store's object changes as a whole, and its time with it
+        if not path.exists():
+            return None
+        st = path.stat()
+        size, changed = st.length, st.mtime
+        signature = f"{path} {size} {changed}"
+    return _FileIdentity(size, signature, time.time() - changed > _SETTLED_SECONDS)
+
+
+def _seen(prefix: str) -> list[str]:
+    try:
+        with open(f"{prefix}-seen.json") as f:
+            seen = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return seen if isinstance(seen, list) else []
+
+
+def _remember(prefix: str, signature: str) -> None:
+    """Records that the file of this signature holds the entry's bytes (the latest few are kept)."""
+    seen = [s for s in _seen(prefix) if s != signature][-(_SEEN_KEPT - 1) :] + [signature]
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), suffix=".json.tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(seen, f)
+    os.replace(tmp, f"{prefix}-seen.json")
+
+
+def _sha256(path: epath.Path, copy_to: BinaryIO | None = None) -> str:
+    """SHA-256 of a file's bytes, read in blocks (and written on to `copy_to` as they come)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+            if copy_to is not None:
+                copy_to.write(block)
+    return digest.hexdigest()
+
+
+def _damaged(root: str, path: epath.Path, what: str) -> LoaderError:
+    return LoaderError(f"{path} {what}; {repair_hint(root)}")
+
+
+def _check_bytes(root: str, path: epath.Path, sha256: str, shard: ShardInfo) -> None:
+    if sha256 != shard.sha256:
+        raise _damaged(root, path, f"does not hold the bytes its manifest names (sha256 {sha256[:12]}..., the "
+                                   f"manifest says {shard.sha256[:12]}...)")
+
+
+def _scanned(root: str, path: epath.Path, shard: ShardInfo, dtype_name: str, eot_id: int) -> dict[str, np.ndarray]:
+    """A fresh entry for the shard, kept only when the bytes scanned are the ones the manifest
+    names. A local shard is hashed on another thread while it is scanned (hashlib lets go of the
+    interpreter, and the page cache serves both reads); a remote one is hashed on its way to a
+    temporary file, which is scanned."""
+    dtype = numpy_dtype(dtype_name)
+    with contextlib.ExitStack() as stack:
+        if _is_local(path):
+            pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(1))
+            hashing, local = pool.submit(_sha256, path), str(path)
+        else:
+            copy = stack.enter_context(tempfile.NamedTemporaryFile(prefix=".lengths-scan-"))
+            hashing, local = concurrent.futures.Future(), copy.name
+            hashing.set_result(_sha256(path, copy_to=copy))
+            copy.flush()
+        try:
+            arrays, error = _scan(local, dtype, eot_id), None
+        except (RuntimeError, OSError, ValueError) as e:  # ArrayRecord's, numpy's for a record of odd length
+            arrays, error = None, e
+        _check_bytes(root, path, hashing.result(), shard)
+    if arrays is None:
+        raise _damaged(root, path, f"cannot be read as records of {dtype_name} token ids "
+                                   f"({' '.join(str(error).split())[:200]})")
+    prefix = entry_prefix(shard.sha256, eot_id, dtype_name)
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    for name in _SCANNED:
+        _save_atomically(f"{prefix}-{name}.npy", arrays[name])
+    return arrays
 
 
 def shard_lengths(root: str, shard: ShardInfo, dtype_name: str, eot_id: int) -> dict[str, np.ndarray]:
-    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan."""
-    prefix = entry_prefix(shard, eot_id)
-    paths = {name: f"{prefix}-{name}.npy" for name in _SCANNED}
-    if not all(os.path.exists(p) for p in paths.values()):
-        arrays = _scan(str(epath.Path(root) / shard.path), shard, numpy_dtype(dtype_name), eot_id)
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        for name, path in paths.items():
-            _save_atomically(path, arrays[name])
-    return {name: _load(path) for name, path in paths.items()}
+    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan;
+    a LoaderError naming the file where it is missing, of another size, of other bytes, or holds
+    other counts than the manifest says."""
+    path = epath.Path(root) / shard.path
+    identity = _file_identity(path)
+    if identity is None:
+        raise _damaged(root, path, "is missing (the manifest lists it)")
+    if identity.size != shard.bytes:
+        raise _damaged(root, path, f"is {identity.size} bytes, the manifest says {shard.bytes}")
+    prefix = entry_prefix(shard.sha256, eot_id, dtype_name)
+    arrays = read_entry(prefix)
+    seen = arrays is not None and identity.signature in _seen(prefix)
+    if arrays is not None and not seen:
+        _check_bytes(root, path, _sha256(path), shard)
+    expected = (shard.documents, shard.tokens, shard.records)
+    if arrays is None or _counts(arrays) != expected:
+        arrays = _scanned(root, path, shard, dtype_name, eot_id)
+    if _counts(arrays) != expected:
+        documents, tokens, records = _counts(arrays)
+        raise _damaged(root, path, f"holds {documents} documents and {tokens} tokens in {records} records, its "
+                                   f"manifest says {shard.documents}, {shard.tokens} and {shard.records}: the "
+                                   "manifest is not this directory's, or was edited")
+    if not seen and identity.settled:
+        _remember(prefix, identity.signature)
+    return arrays
 
 
 def record_offsets(docs: np.ndarray, firsts: np.ndarray) -> np.ndarray:
@@ -142,13 +311,19 @@ def record_units(docs: np.ndarray, firsts: np.ndarray, row: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
 
 
-def _cached(prefix: str | None, name: str, derive: Callable[[], np.ndarray]) -> np.ndarray:
-    """`derive()`, kept as PREFIX-NAME.npy beside the lengths when `prefix` names a shard's entry."""
+def _cached(prefix: str | None, name: str, derive: Callable[[], np.ndarray], length: int) -> np.ndarray:
+    """`derive()` (`length` values), kept as PREFIX-NAME.npy beside the lengths when `prefix` names
+    a shard's entry; a kept file that is not of that length is derived again."""
     if prefix is None:
         return derive()
     path = f"{prefix}-{name}.npy"
-    if not os.path.exists(path):
-        _save_atomically(path, derive())
+    try:
+        kept = _load(path)
+        if len(kept) == length:
+            return kept
+    except (OSError, ValueError, EOFError):
+        pass
+    _save_atomically(path, derive())
     return _load(path)
 
 
@@ -175,17 +350,18 @@ class SplitLengths:
     def of(cls, root: str, manifest: Manifest, split: str) -> SplitLengths:
         shards = manifest.shards_of(split)
         eot = manifest.tokenizer.eot_id
-        return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards], eot)
+        return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards],
+                             [entry_prefix(s.sha256, eot, manifest.dtype) for s in shards])
 
     @classmethod
     def of_shards(
-        cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], eot_id: int
+        cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], cached: Sequence[str]
     ) -> SplitLengths:
-        """The split of these shards, from each one's `shard_lengths`."""
+        """The split of these shards, from each one's `shard_lengths` and cache entry (`entry_prefix`)."""
         starts = np.concatenate(([0], np.cumsum([s.records for s in shards]))).astype(np.int64)
         column = lambda name: tuple(a[name] for a in arrays)  # noqa: E731
         return cls(column("docs"), column("firsts"), starts, column("offsets"), column("lead"), column("before"),
-                   tuple(entry_prefix(s, eot_id) for s in shards))
+                   tuple(cached))
 
     @property
     def records(self) -> int:
@@ -204,7 +380,7 @@ class SplitLengths:
         split's counts before each shard then its total (int64)."""
         if name not in self._derived:
             arrays = tuple(
-                _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k))
+                _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k), len(self.firsts[k]))
                 for k in range(len(self.docs))
             )
             self._derived[name] = arrays, np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64)

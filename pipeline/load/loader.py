@@ -27,7 +27,7 @@ import grain
 import numpy as np
 from etils import epath
 
-from pipeline.dataset.integrity import shard_problems
+from pipeline.dataset.integrity import repair_hint, shard_problems
 from pipeline.load.data_spec import DataSource, check_names
 from pipeline.load.errors import LoaderError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
@@ -161,10 +161,7 @@ def open_prepared(data_dir: str, *, verify: bool = False) -> Manifest:
         None,
     )
     if problem is not None:
-        raise LoaderError(
-            f"{problem} (listed in {path}): the copy is incomplete or the directory was modified; "
-            "copy or prepare it again"
-        )
+        raise LoaderError(f"{problem} (listed in {path}); {repair_hint(data_dir)}")
     return manifest
 
 
@@ -450,6 +447,7 @@ def make_dataset(config: LoaderConfig) -> grain.IterDataset:
                 "choose one of those or prepare with --validation-fraction"
             )
     host = _HostRows(config, manifests)
+    host.planner  # the lengths index, which checks every shard it reads: damaged data fails here
     if config.num_epochs is not None and host.steps(Position.start(len(manifests))) == 0:
         row_tokens = host.planner.width
         raise LoaderError(
