@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 
 from schemas import formats
-from schemas.records import DEFAULT_RECORD_TOKENS
+from schemas.records import DEFAULT_RECORD_TOKENS, token_dtype_name
 
 DEFAULT_UNIT_BYTES = 16 * 2**20
 # Longer documents are cut into pieces (see docs/data-format.md): it bounds a worker's memory.
@@ -238,27 +238,39 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
-        """Parse and validate; a manifest of another format or version is refused, not guessed."""
-        data = json.loads(text)
+        """Parse and validate; a manifest of another format or version is refused, not guessed, and
+        so is one whose parts disagree (`check_consistent`)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"not valid JSON ({e}); {_DAMAGED}") from None
         validate(data)
-        return cls(
-            tokenizer=TokenizerInfo(**data["tokenizer"]),
-            dtype=data["dtype"],
-            config=PrepareConfig(**data["config"]),
-            inputs=tuple(InputInfo(**i) for i in data["inputs"]),
-            num_units=data["num_units"],
-            shards=tuple(ShardInfo(**s) for s in data["shards"]),
-            skipped=dict(data["skipped"]),
-            counts=dict(data["counts"]),
-            totals={k: SplitTotals(**v) for k, v in data["totals"].items()},
-            package_versions=dict(data["package_versions"]),
-            hub_revisions=dict(data["hub_revisions"]),
-            removed=dict(data.get("removed", {})),
-            eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
-            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
-            format=data["format"],
-            version=data["version"],
-        )
+        try:
+            manifest = cls(
+                tokenizer=TokenizerInfo(**data["tokenizer"]),
+                dtype=data["dtype"],
+                config=PrepareConfig(**data["config"]),
+                inputs=tuple(InputInfo(**i) for i in data["inputs"]),
+                num_units=data["num_units"],
+                shards=tuple(ShardInfo(**s) for s in data["shards"]),
+                skipped=dict(data["skipped"]),
+                counts=dict(data["counts"]),
+                totals={k: SplitTotals(**v) for k, v in data["totals"].items()},
+                package_versions=dict(data["package_versions"]),
+                hub_revisions=dict(data["hub_revisions"]),
+                removed=dict(data.get("removed", {})),
+                eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
+                tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
+                format=data["format"],
+                version=data["version"],
+            )
+        except ValueError as e:
+            raise ManifestError(f"invalid manifest: {e}; {_DAMAGED}") from None
+        try:
+            check_consistent(manifest)
+        except ManifestError as e:
+            raise ManifestError(f"{e}; {_DAMAGED}") from None
+        return manifest
 
 
 def split_totals(shards: tuple[ShardInfo, ...]) -> dict[str, SplitTotals]:
@@ -274,6 +286,38 @@ def split_totals(shards: tuple[ShardInfo, ...]) -> dict[str, SplitTotals]:
                 bytes=sum(s.bytes for s in mine),
             )
     return totals
+
+
+def check_consistent(manifest: Manifest) -> None:
+    """Refuses a manifest whose parts disagree, as an edit or a copy from elsewhere leaves one: totals
+    that are not their shards' sums, a shard listed twice or under another split, inputs that do not
+    add up to the shards, a dtype that is not its vocabulary's, boundary ids outside it."""
+    seen = set()
+    for shard in manifest.shards:
+        if shard.path in seen:
+            raise ManifestError(f"shard {shard.path} is listed twice")
+        if not shard.path.startswith(f"{shard.split}/"):
+            raise ManifestError(f"shard {shard.path} is listed in the {shard.split} split")
+        seen.add(shard.path)
+    summed = split_totals(manifest.shards)
+    for split in sorted(set(summed) | set(manifest.totals)):
+        given, added = manifest.totals.get(split), summed.get(split)
+        for field in (f.name for f in dataclasses.fields(SplitTotals)):
+            stated, actual = getattr(given, field, None), getattr(added, field, 0)
+            if stated != actual:
+                raise ManifestError(f"totals.{split}.{field} is {stated}, its shards add up to {actual}")
+    if manifest.inputs and all(i.documents is not None and i.tokens is not None for i in manifest.inputs):
+        for field in ("documents", "tokens"):
+            inputs = sum(getattr(i, field) for i in manifest.inputs)
+            shards = sum(getattr(t, field) for t in summed.values())
+            if inputs != shards:
+                raise ManifestError(f"the inputs' {field} add up to {inputs}, the shards' to {shards}")
+    info = manifest.tokenizer
+    if info.n_vocab < 1 or manifest.dtype != token_dtype_name(info.n_vocab):
+        raise ManifestError(f"dtype {manifest.dtype} is not that of a vocabulary of {info.n_vocab} ids")
+    for name, value in (("eot_id", info.eot_id), ("bos_id", info.bos_id)):
+        if value is not None and value >= info.n_vocab:
+            raise ManifestError(f"tokenizer.{name} {value} is outside the vocabulary of {info.n_vocab} ids")
 
 
 def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
@@ -421,6 +465,10 @@ class ManifestError(ValueError):
     """A manifest that is missing, of another version, or not valid against the schema."""
 
 
+# The fix for a manifest cut short, edited or copied from elsewhere (not one of another version).
+_DAMAGED = "the manifest is damaged or was edited: prepare (or copy) the directory again"
+
+
 def validate(data: Any) -> None:
     if isinstance(data, dict) and data.get("format") == formats.MANIFEST_FORMAT:
         if data.get("version") not in formats.READABLE_MANIFEST_VERSIONS:
@@ -432,4 +480,4 @@ def validate(data: Any) -> None:
         jsonschema.validate(data, JSON_SCHEMA)
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "<root>"
-        raise ManifestError(f"invalid manifest at {where}: {e.message}") from None
+        raise ManifestError(f"invalid manifest at {where}: {e.message}; {_DAMAGED}") from None

@@ -14,10 +14,15 @@ from schemas.records import decode_record
 
 
 def read_manifest(data_dir: str) -> Manifest:
+    """The directory's manifest; a ManifestError, naming the file, for one that is missing, of
+    another version, damaged or edited."""
     path = storage.join(data_dir, formats.MANIFEST_NAME)
     if not storage.exists(path):
         raise ManifestError(f"{data_dir} has no {formats.MANIFEST_NAME}; is it a prepared directory?")
-    return Manifest.from_json(storage.read_text(path))
+    try:
+        return Manifest.from_json(storage.read_text(path))
+    except (ManifestError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path}: {e}") from None
 
 
 def shard_sizes(data_dir: str) -> dict[str, int]:

@@ -1,4 +1,6 @@
-"""`verify`: re-hash every shard against the manifest, naming each one that does not match."""
+"""`verify`: check a prepared directory against its manifest: every shard re-hashed, no file in the
+split directories that the manifest does not list, totals that add up (as reading the manifest
+checks), naming each file that does not match."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ def problems(data_dir: str, manifest: Manifest) -> list[str]:
         open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
         hashes=True,
     )
-    return [str(p) for p in found]
+    listed = {s.path for s in manifest.shards}
+    strays = [f"not in the manifest: {path}" for path in sorted(set(sizes) - listed)]
+    return [str(p) for p in found] + strays
 
 
 def parser(prog: str = "tokshards verify") -> argparse.ArgumentParser:
@@ -40,7 +44,8 @@ def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
     for line in found:
         print(line)
     if found:
-        print(f"verify: {len(found)} of {len(manifest.shards)} shards do not match the manifest", file=sys.stderr)
+        print(f"verify: {len(found)} problems with the {len(manifest.shards)} shards of the manifest: prepare (or copy) "
+              "the directory again to repair it", file=sys.stderr)
         return 1
-    print(f"verify: all {len(manifest.shards)} shards match the manifest")
+    print(f"verify: all {len(manifest.shards)} shards match the manifest, and nothing else is there")
     return 0
