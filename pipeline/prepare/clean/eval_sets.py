@@ -7,30 +7,34 @@ Examples are every string in a file, however it nests them: each string value of
 record or of a JSON document (an array of records, or an object holding them), inside lists and
 objects at any depth (MMLU's `{"question": ..., "choices": [...]}` gives the question and each
 choice); each string of each Parquet row, nested columns included; and for any other file, its text
-cut at separator lines, as text inputs are. `.gz` and `.zst` files are read decompressed. A file
-with no example, or none as long as the n-gram, could never match, so it is refused.
+cut at separator lines, as text inputs are. `.gz` and `.zst` files are read decompressed. The input
+readers (pipeline/prepare/read/) read them: JSON Lines split at "\n" alone, compressed data and
+Parquet files checked, and errors located, as for inputs. A file with no example, or none as long as
+the n-gram, could never match, so it is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import hashlib
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
-import zstandard
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.fingerprints import ngram_hashes, word_hashes, words
-from pipeline.prepare.read.base import split_at_separator_lines
+from pipeline.prepare.read.base import BOM, ContentDigest, SourceError, split_at_separator_lines
+from pipeline.prepare.read.columnar import parquet_rows
+from pipeline.prepare.read.jsonl import compression_of, file_chunks, file_lines
+from schemas.manifest import DEFAULT_MAX_DOCUMENT_BYTES
 
 _CHUNK = 4 * 2**20
+# A JSON Lines line this long is refused unparsed, as an input's is at the default --max-document-bytes.
+_LINE_LIMIT = 4 * DEFAULT_MAX_DOCUMENT_BYTES
 
 
 class EvalSetError(ValueError):
@@ -57,44 +61,48 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _contents(path: str) -> bytes:
-    with storage.open_raw(path) as f:
-        data = f.read()
-    if path.lower().endswith(".gz"):
-        return gzip.decompress(data)
-    if path.lower().endswith(".zst"):
-        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
-    return data
-
-
-def _json_lines(path: str, text: str) -> Iterator[str]:
-    for number, line in enumerate(text.splitlines(), 1):
+def _json_lines(path: str, lines: Iterable[tuple[int, bytes | None]]) -> Iterator[str]:
+    for number, line in lines:
+        if line is None:
+            raise EvalSetError(f"{path}: line {number} is longer than {_LINE_LIMIT} bytes; is it JSON Lines?")
         if line.strip():
             try:
-                yield from _strings(json.loads(line))
+                yield from _strings(json.loads(line.decode("utf-8", errors="replace")))
             except json.JSONDecodeError as e:
                 raise EvalSetError(f"{path}: line {number} is not JSON ({e}); fix or remove the line") from None
 
 
-def examples(path: str, separator: str) -> Iterator[str]:
-    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the format."""
+def _examples(path: str, separator: str) -> Iterator[str]:
     name = path.lower().removesuffix(".gz").removesuffix(".zst")
-    if name.endswith(".parquet"):
-        for row in pq.read_table(io.BytesIO(_contents(path))).to_pylist():
-            yield from _strings(row)
-        return
-    text = _contents(path).decode("utf-8", errors="replace")
     if name.endswith((".jsonl", ".ndjson")):
-        yield from _json_lines(path, text)
-    elif name.endswith(".json"):
+        yield from _json_lines(path, file_lines(path, _LINE_LIMIT))
+        return
+    with storage.open_raw(path) as f:
+        if name.endswith(".parquet"):
+            compressed = compression_of(path) is not None
+            for row in parquet_rows(io.BytesIO(b"".join(file_chunks(f, path, ContentDigest()))) if compressed else f, path):
+                yield from _strings(row)
+            return
+        data = b"".join(file_chunks(f, path, ContentDigest())).removeprefix(BOM)
+    text = data.decode("utf-8", errors="replace")
+    if name.endswith(".json"):
         try:
             document = json.loads(text)
         except json.JSONDecodeError:
-            yield from _json_lines(path, text)  # JSON Lines under a .json name, as many are
+            yield from _json_lines(path, file_lines(path, _LINE_LIMIT))  # JSON Lines under a .json name, as many are
         else:
             yield from _strings(document)
     else:
         yield from (piece.strip() for piece in split_at_separator_lines(text, separator))
+
+
+def examples(path: str, separator: str) -> Iterator[str]:
+    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the format.
+    The input readers read it (pipeline/prepare/read/): lines, compression and errors as for inputs."""
+    try:
+        yield from _examples(path, separator)
+    except SourceError as e:
+        raise EvalSetError(str(e)) from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -200,6 +200,14 @@ class ParquetSource(_ColumnarSource):
                 first += batch.num_rows
 
 
+def parquet_rows(f: Any, path: str) -> Iterator[dict[str, Any]]:
+    """Every row of a whole Parquet file, every column, as Python values, read a batch at a time;
+    a file pyarrow cannot read is a SourceError naming it."""
+    with _content_errors(path):
+        for batch in _open_parquet(f, path).iter_batches(batch_size=_BATCH_ROWS):
+            yield from batch.to_pylist()
+
+
 def _arrow_reader(f: Any, path: str) -> pa.RecordBatchReader:
     try:
         return pa.ipc.open_stream(f)

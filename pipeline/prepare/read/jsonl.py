@@ -146,6 +146,29 @@ def _lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes | None]:
         yield None if too_long else bytes(tail)
 
 
+def file_chunks(f, path: str, digest: ContentDigest) -> Iterator[bytes]:
+    """A whole file's bytes in chunks, decompressed where its name says it is compressed."""
+    compression = compression_of(path)
+    if compression is not None:
+        yield from _decompressed_chunks(f, path, compression, digest)
+        return
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+        yield chunk
+
+
+def file_lines(path: str, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """Every line of a whole JSON Lines file, plain or compressed, numbered from 1, split at "\n"
+    alone as every input is (never at U+2028, U+0085 or the other line breaks a JSON string may
+    hold raw), a byte-order mark dropped; None for a line over `limit` bytes. Corrupt or truncated
+    compressed data is a SourceError naming the file."""
+    with storage.open_raw(path) as f:
+        for number, line in enumerate(_lines(file_chunks(f, path, ContentDigest()), limit), 1):
+            if number == 1 and line is not None and line.startswith(BOM):
+                line = line[len(BOM) :]
+            yield number, line
+
+
 class JsonlSource:
     def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
         if compression_of(path) is not None:
@@ -159,7 +182,7 @@ class JsonlSource:
         with storage.open_raw(unit.path) as f:
             compression = compression_of(unit.path)
             if compression is not None:
-                lines = _lines(_checked(_decompressed_chunks(f, unit.path, compression, digest), unit.path), limit)
+                lines = _lines(_checked(file_chunks(f, unit.path, digest), unit.path), limit)
                 first_offset = 0
             else:
                 reader = RangeReader(f, unit, digest, count_newlines=True)
