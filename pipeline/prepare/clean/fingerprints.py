@@ -9,8 +9,10 @@ match. Every hash is a fixed function (BLAKE2b, xxh3, SplitMix64), the same on e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+import sys
 import unicodedata
 
 import numpy as np
@@ -20,6 +22,10 @@ from pipeline.splitmix import splitmix64
 
 WORD = re.compile(r"\w+")
 _SHINGLE_CHUNK = 4096  # shingles hashed under all permutations at once: bounds the scratch matrix
+# A cut document's exact key looks this far back from a piece's end for a point where normalization
+# may start afresh, and holds back at most this much text when it finds none.
+_LOOK_BACK = 64
+_MAX_HELD = 2**20
 
 
 def normalized(text: str) -> str:
@@ -31,21 +37,63 @@ def exact_key(text: str) -> bytes:
     return hashlib.blake2b(normalized(text).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+@functools.cache
+def _composes_with_previous() -> frozenset[str]:
+    """The characters canonical composition may join to the character before them: the second half
+    of every two-character canonical decomposition, and Hangul's vowel and final jamo."""
+    seconds = set()
+    for code in range(sys.maxunicode + 1):
+        mapping = unicodedata.decomposition(chr(code)).split()
+        if len(mapping) == 2 and not mapping[0].startswith("<"):
+            seconds.add(chr(int(mapping[1], 16)))
+    seconds.update(map(chr, range(0x1161, 0x1176)), map(chr, range(0x11A8, 0x11C3)))
+    return frozenset(seconds)
+
+
+def _starts_fresh(char: str) -> bool:
+    """Whether NFC of a text cut before `char` is NFC of each side joined: `char` decomposes to a
+    starter that nothing before it composes with, so neither reordering nor composition reaches
+    across the cut."""
+    if char < "\u0300":  # Latin and ASCII: starters that compose with nothing before them
+        return True
+    first = unicodedata.normalize("NFD", char)[0]
+    return unicodedata.combining(first) == 0 and first not in _composes_with_previous()
+
+
 class ExactKey:
-    """The exact key of a cut document, fed piece by piece: pieces are cut before whitespace, so
-    joining their normalized texts with one space gives the whole document's normalized text."""
+    """The exact key of a cut document, fed piece by piece: the key of its whole normalized text,
+    wherever the cuts fall. Each piece is normalized up to its last point where normalization may
+    start afresh (the rest waits for the next piece), and runs of whitespace are joined across the
+    cuts: a cut inside a run of text without whitespace joins its two sides with none."""
 
     def __init__(self) -> None:
         self._hash = hashlib.blake2b(digest_size=16)
-        self._empty = True
+        self._held = ""  # text after the last point where normalization may start afresh
+        self._words = False  # a word has been hashed
+        self._space = False  # whitespace since the last word hashed
 
     def update(self, piece: str) -> None:
-        text = normalized(piece)
-        if text:
-            self._hash.update((text if self._empty else " " + text).encode("utf-8", "surrogatepass"))
-            self._empty = False
+        text = self._held + piece
+        at = next((i for i in range(len(text) - 1, max(len(text) - _LOOK_BACK, 0), -1) if _starts_fresh(text[i])), 0)
+        if at == 0 and len(text) > _MAX_HELD:  # no such point near the end of a long text (combining marks alone)
+            at = len(text)
+        self._held = text[at:]
+        self._add(text[:at])
+
+    def _add(self, text: str) -> None:
+        text = unicodedata.normalize("NFC", text)
+        found = text.split()
+        if found:
+            if self._words and (self._space or text[0].isspace()):
+                self._hash.update(b" ")
+            self._hash.update(" ".join(found).encode("utf-8", "surrogatepass"))
+            self._words, self._space = True, text[-1].isspace()
+        elif text:
+            self._space = True
 
     def digest(self) -> bytes:
+        self._add(self._held)
+        self._held = ""
         return self._hash.digest()
 
 
