@@ -28,6 +28,10 @@ REMOVALS_NAME = "removals.jsonl"
 COMMON_NGRAMS_NAME = "common_ngrams.jsonl"
 # The copy of the tokenizer files a directory was prepared with (the manifest lists them).
 TOKENIZER_COPY_DIR = "tokenizer"
+# Skip reasons the manifest counts (`skipped`) without recording each skip in rejects.jsonl, which
+# records every other with its file and line or row.
+EMPTY_DOCUMENT = "empty_document"
+UNRECORDED_SKIPS = (EMPTY_DOCUMENT,)
 # Every file of a run beside its shards: what --overwrite deletes.
 RUN_FILES = (MANIFEST_NAME, RUN_INFO_NAME, REJECTS_NAME, REMOVALS_NAME, COMMON_NGRAMS_NAME)
 

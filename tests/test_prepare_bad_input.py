@@ -233,7 +233,7 @@ def test_a_run_with_no_training_data_fails_naming_why(tmp_path):
                                            r"check --text-field; see rejects.jsonl\)"):
         run_prepare([body], str(tmp_path / "a"))
     (tmp_path / "empty.jsonl").write_bytes(b"")
-    with pytest.raises(PrepareError, match="no training data: the 1 inputs are empty"):
+    with pytest.raises(PrepareError, match="no training data: the input .*empty.jsonl is empty"):
         run_prepare([str(tmp_path / "empty.jsonl")], str(tmp_path / "b"))
     same = write_text(str(tmp_path / "same.txt"), ["one story", "one story"])
     passage = " ".join(f"w{i}" for i in range(20))

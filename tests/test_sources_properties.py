@@ -198,7 +198,7 @@ def test_prepare(profile):
             out = os.path.join(tmp, "out")
             empty = sum(1 for d in docs if not d.strip())
             if empty == len(docs):  # a run with no training data fails, saying why
-                with pytest.raises(PrepareError, match="no training data: (every document was skipped|the 1 inputs are empty)"):
+                with pytest.raises(PrepareError, match="no training data: (every document was skipped|the input .* is empty)"):
                     run_prepare([path], out, "--unit-bytes", str(unit_bytes))
                 return
             manifest = run_prepare([path], out, "--unit-bytes", str(unit_bytes))

@@ -18,6 +18,7 @@ from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset.manifest_io import read_manifest, read_records
 from pipeline.tokenization import TokenizerError
 from pipeline.tokenization.dataset_copy import load_copy
+from schemas import formats
 from schemas.manifest import Manifest, ManifestError
 
 PERCENTILES = (1, 10, 50, 90, 99)
@@ -112,18 +113,29 @@ def describe(manifest: Manifest) -> list[str]:
         lines.append(f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes")
     tokens = sum(t.tokens for t in manifest.totals.values())
     size = sum(i.size for i in manifest.inputs)
-    if tokens:
+    counted = {k: n for k, n in manifest.skipped.items() if k in formats.UNRECORDED_SKIPS}
+    recorded = {k: n for k, n in manifest.skipped.items() if k not in formats.UNRECORDED_SKIPS}
+    # Input bytes per token is the tokenizer's compression only where every input byte became tokens:
+    # removed documents and rejected lines are in the bytes and not in the tokens.
+    untokenized = [f"{n} documents that were removed" for n in [sum(manifest.removed.values())] if n]
+    untokenized += [f"{n} skipped lines, rows or files" for n in [sum(recorded.values())] if n]
+    if untokenized:
+        lines.append(f"input bytes per token: not measured: the inputs' bytes hold {' and '.join(untokenized)}, "
+                     "which have no tokens")
+    elif tokens:
         lines.append(f"input bytes per token: {size / tokens:.3f} ({size} bytes in {len(manifest.inputs)} inputs)")
     lines.append("inputs:")
     for item in manifest.inputs:
         if item.documents is None:
             lines.append(f"  {printable(item.path)} ({item.format}, {item.size} bytes)")
             continue
-        per_token = f", {item.size / item.tokens:.3f} bytes per token" if item.tokens else ""
+        per_token = f", {item.size / item.tokens:.3f} bytes per token" if item.tokens and not untokenized else ""
         lines.append(f"  {printable(item.path)} ({item.format}, {item.size} bytes): {item.documents} documents, "
                      f"{item.tokens} tokens{per_token}")
-    if manifest.skipped:
-        lines.append("skipped (see rejects.jsonl): " + ", ".join(f"{k} {v}" for k, v in manifest.skipped.items()))
+    if recorded:
+        lines.append(f"skipped (see {formats.REJECTS_NAME}): " + ", ".join(f"{k} {v}" for k, v in recorded.items()))
+    if counted:
+        lines.append("skipped, counted only: " + ", ".join(f"{k} {v}" for k, v in counted.items()))
     if manifest.removed:
         lines.append("removed (see removals.jsonl): " + ", ".join(f"{k} {v}" for k, v in manifest.removed.items()))
     for e in manifest.eval_files:

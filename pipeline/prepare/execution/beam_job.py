@@ -54,12 +54,30 @@ def _beam_option_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _runner_of(pipeline_args: list[str]) -> str | None:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--runner")
+    return parser.parse_known_args(pipeline_args)[0].runner
+
+
+def check_runner_name(pipeline_args: list[str]) -> None:
+    """Refuses a runner that Beam does not know by name, naming the nearest: Beam itself refuses it
+    only once the job is built, in a traceback."""
+    runner = _runner_of(pipeline_args)
+    if not runner or "." in runner:
+        return
+    known = StandardOptions.KNOWN_RUNNER_NAMES
+    if any(runner.lower() in (name.lower(), name.lower().removesuffix("runner")) for name in known):
+        return
+    near = difflib.get_close_matches(runner, known, n=1)
+    hint = f"; did you mean {near[0]}?" if near else f" (Beam's runners: {', '.join(known)}, or a runner's class path)"
+    raise ValueError(f"unknown runner --runner={runner}{hint}")
+
+
 def import_runner_module(pipeline_args: list[str]) -> None:
     """Imports the module of a runner named by its path (`--runner=package.module.Class`), so that
     its option classes (Dask's `--dask_client_address`) are known before the options are checked."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--runner")
-    runner = parser.parse_known_args(pipeline_args)[0].runner
+    runner = _runner_of(pipeline_args)
     if runner and "." in runner:
         module = runner.rsplit(".", 1)[0]
         try:
@@ -72,6 +90,7 @@ def import_runner_module(pipeline_args: list[str]) -> None:
 def check_beam_args(pipeline_args: list[str], own_flags: list[str]) -> None:
     """Refuses options Beam does not know either, naming the nearest one: a misspelt option of ours
     (`--validation_fraction`) would otherwise go to Beam and be silently ignored."""
+    check_runner_name(pipeline_args)
     import_runner_module(pipeline_args)
     parser = _beam_option_parser()
     _, unknown = parser.parse_known_args(pipeline_args)

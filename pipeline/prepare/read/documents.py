@@ -18,8 +18,10 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from schemas import formats
+
 # Skip reasons (manifest `skipped`) and counts (manifest `counts`).
-EMPTY = "empty_document"
+EMPTY = formats.EMPTY_DOCUMENT  # counted, not recorded in rejects.jsonl
 MALFORMED_JSON = "malformed_json"
 MISSING_TEXT = "missing_text_field"
 NON_STRING_TEXT = "non_string_text_field"

@@ -146,23 +146,40 @@ def _listed(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {reason}" + (f": {_HINTS[reason]}" if reason in _HINTS else "") for reason, n in counts.items())
 
 
+def _named(paths: list[str], most: int = 3) -> str:
+    """Paths in a phrase: the first few, then how many more."""
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
+
+
+def _skips(skipped: dict[str, int]) -> str:
+    """The skips by reason, pointed to rejects.jsonl only for the reasons it records."""
+    counted = {k: n for k, n in skipped.items() if k in formats.UNRECORDED_SKIPS}
+    recorded = {k: n for k, n in skipped.items() if k not in formats.UNRECORDED_SKIPS}
+    parts = [_listed(counted)] if counted else []
+    if recorded:
+        parts.append(f"{_listed(recorded)}; see {formats.REJECTS_NAME}")
+    return "; ".join(parts)
+
+
 def why_empty(plan: Plan, manifest: Manifest) -> str:
-    """Why a run has no training document, in a phrase: the inputs' emptiness, the skips, the
-    cleaning's removals, or the split."""
+    """Why a run has no training document, in a phrase naming the inputs: their emptiness, the
+    skips, the cleaning's removals, or the split."""
     kept = sum(t.documents for t in manifest.totals.values())
     if kept:
         return (f"all {kept} documents went to the validation split (--validation-fraction "
                 f"{plan.config.validation_fraction}); lower it or add data")
+    paths = [i.path for i in plan.inputs]
+    if not plan.units:
+        return f"the input {paths[0]} is empty" if len(paths) == 1 else f"the {len(paths)} inputs are empty: {_named(paths)}"
     causes = []
     if manifest.skipped:
-        causes.append(f"skipped ({_listed(manifest.skipped)}; see {formats.REJECTS_NAME})")
+        causes.append(f"skipped ({_skips(manifest.skipped)})")
     if manifest.removed:
         causes.append(f"removed by cleaning ({_listed(manifest.removed)}; see {formats.REMOVALS_NAME})")
     if causes:
-        return "every document was " + " or ".join(causes)
-    if not plan.units:
-        return f"the {len(plan.inputs)} inputs are empty"
-    return "the inputs hold no document"
+        return f"every document was {' or '.join(causes)}, in {_named(paths)}"
+    return f"the inputs hold no document: {_named(paths)}"
 
 
 def newlines_before(plan: Plan, results: dict[int, UnitResult]) -> dict[int, int]:
