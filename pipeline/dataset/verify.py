@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
     for line in found:
         print(line)
     if found:
-        print(f"verify: {len(found)} problems with the {len(manifest.shards)} shards of the manifest: prepare (or copy) "
-              "the directory again to repair it", file=sys.stderr)
+        print(f"verify: {len(found)} files do not match the manifest's {len(manifest.shards)} shards (listed above): "
+              "prepare (or copy) the directory again to repair it", file=sys.stderr)
         return 1
     print(f"verify: all {len(manifest.shards)} shards match the manifest, and nothing else is there")
     return 0
