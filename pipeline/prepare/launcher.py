@@ -55,7 +55,7 @@ from pipeline.prepare.planning import Plan, make_plan
 from pipeline.prepare.execution.progress import Progress
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.units import UnitResult
-from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.execution.worker_environment import package_versions, staging_options, version_differences
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin

@@ -13,7 +13,7 @@ from pipeline.prepare.clean.job import read_fingerprints
 from pipeline.prepare.clean.removals import read_removal_list
 from pipeline.prepare.clean.unit_fingerprints import SAMPLES_PER_REASON
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.run_context import RunContext
 
 
 def dry_run_report(context: RunContext, units: list[WorkUnit]) -> str:

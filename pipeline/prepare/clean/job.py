@@ -49,7 +49,8 @@ from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints, fingerpri
 from pipeline.prepare.execution.failures import any_failure, record_failure
 from pipeline.prepare.execution.retries import with_retries
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import RunContext, check_unchanged
+from pipeline.prepare.run_context import RunContext
+from pipeline.prepare.tokenize.unit import check_unchanged
 from schemas import formats
 
 UNITS_PER_BUCKET = 16

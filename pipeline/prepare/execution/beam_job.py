@@ -36,7 +36,8 @@ from pipeline.prepare.execution.forked_workers import ForkedWorkers, forked_work
 from pipeline.prepare.execution.retries import is_transient, with_retries
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import InputChangedError, RunContext, process_unit
+from pipeline.prepare.run_context import RunContext
+from pipeline.prepare.tokenize.unit import InputChangedError, process_unit
 from pipeline.prepare.execution.worker_environment import package_versions, version_mismatch
 from pipeline.tokenization import load_tokenizer
 

@@ -31,7 +31,7 @@ from pipeline.prepare.execution import beam_job
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.run_context import RunContext
 
 RESTARTS = 3
 _LOCAL_POLL_SECONDS = 0.25
