@@ -18,8 +18,6 @@ import sys
 import tempfile
 import time
 
-from apache_beam.options.pipeline_options import StandardOptions
-
 from pipeline.cli import config_file
 
 from pipeline.dataset import storage
@@ -28,7 +26,8 @@ from pipeline.cli.config_file import add_option as add_config_option
 from pipeline.cli.flag_errors import flag_message, flags_of
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset.manifest_io import shard_sizes
-from pipeline.prepare.execution import beam_job
+from pipeline.prepare.execution import beam_options
+from pipeline.prepare.execution.beam_tokenizing import build_tokenizing
 from pipeline.prepare.read import hub_filesystem
 from pipeline.prepare.execution import watch as job
 from pipeline.prepare.clean.dry_run import dry_run_report
@@ -167,7 +166,7 @@ def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple
     try:
         args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
         own = [s for action in parser(prog)._actions for s in action.option_strings]
-        beam_job.check_beam_args(pipeline_args, own)
+        beam_options.check_beam_args(pipeline_args, own)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     return args, pipeline_args
@@ -265,8 +264,8 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
             staging = staging_options(pipeline_args, scratch, extras)
         except (ValueError, RuntimeError) as e:
             raise PrepareError(str(e)) from None
-        options = beam_job.pipeline_options(pipeline_args + staging)
-        local = beam_job.is_local_runner(options)
+        options = beam_options.pipeline_options(pipeline_args + staging)
+        local = beam_options.is_local_runner(options)
         context = RunContext(
             config=plan.config,
             dtype_name=plan.dtype,
@@ -294,11 +293,13 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
             try:
                 if local:
                     restarts = job.run_local(
-                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
+                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick,
+                        build_tokenizing,
                     )
                 else:
                     job.run_remote(
-                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
+                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick,
+                        build_tokenizing,
                     )
             except job.JobError as e:
                 raise PrepareError(f"{e}; the units done are kept, and a rerun resumes", e.details if verbose else "") from None
@@ -316,7 +317,7 @@ def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose:
         "job_restarts": restarts,
         "cleaning_seconds": cleaning_seconds,
         "tokenize_seconds": time.time() - started - cleaning_seconds,
-        "runner": options.view_as(StandardOptions).runner or "FnApiRunner",
+        "runner": beam_options.runner_name(options),
         "pipeline_args": pipeline_args,
     }
 

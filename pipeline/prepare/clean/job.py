@@ -29,7 +29,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.dataset import storage
-from pipeline.prepare.execution import beam_job
+from pipeline.prepare.execution.beam_units import failure_of, spread_units
 from pipeline.prepare.clean.edits import write_edits
 from pipeline.prepare.clean.eval_sets import eval_set
 from pipeline.prepare.clean.removals import (
@@ -117,7 +117,7 @@ class FingerprintUnitFn(beam.DoFn):
         try:
             found = with_retries(lambda: unit_fingerprints(unit, self._context, self._filters))
         except Exception as e:
-            record_failure(failures_dir, beam_job.failure_of(unit, e))
+            record_failure(failures_dir, failure_of(unit, e))
             return []
         self._documents.inc(found.documents)
         self._filtered.inc(len(found.filtered))
@@ -200,7 +200,7 @@ class KeyDocumentsFn(beam.DoFn):
         try:
             found = with_retries(lambda: read_fingerprints(unit.index, self._context))
         except Exception as e:
-            record_failure(failures_dir, beam_job.failure_of(unit, e))
+            record_failure(failures_dir, failure_of(unit, e))
             return []
         return list(self._elements(unit, found, common))
 
@@ -258,7 +258,7 @@ def _mark_cleaned(count: int, context: RunContext, total: int) -> None:
 
 def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:
     buckets = max(1, math.ceil(context.num_units / UNITS_PER_BUCKET))
-    fingerprinted = beam_job.spread_units(pipeline, units) | "Fingerprint" >> beam.ParDo(
+    fingerprinted = spread_units(pipeline, units) | "Fingerprint" >> beam.ParDo(
         FingerprintUnitFn(context)
     ).with_outputs(_MATCHES, main="units")
     common = (
