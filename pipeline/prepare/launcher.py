@@ -32,9 +32,9 @@ from pipeline.prepare.read import hub_filesystem
 from pipeline.prepare.execution import watch as job
 from pipeline.prepare.clean.dry_run import dry_run_report
 from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.clean.job import build_cleaning, is_cleaned
+from pipeline.prepare.execution.beam_cleaning import build_cleaning
 from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
-from pipeline.prepare.clean.removals import cleans
+from pipeline.prepare.clean.removals import cleans, is_cleaned
 from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
 from pipeline.prepare.write.finalize import (
     FinalizeError,

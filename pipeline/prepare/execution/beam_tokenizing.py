@@ -3,6 +3,8 @@ and written by the tokenize step (`tokenize.unit`) in one DoFn."""
 
 from __future__ import annotations
 
+import functools
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
@@ -34,7 +36,7 @@ class TokenizeUnitFn(beam.DoFn):
             if not any_failure(failures_dir):
                 record_failure(failures_dir, UnitFailure(unit.index, self._mismatch, ""))
             return []
-        return guarded(unit, failures_dir, lambda: process_unit(unit, self._context), self._counted)
+        return guarded(unit, failures_dir, functools.partial(process_unit, unit, self._context), self._counted)
 
     def _counted(self, result: UnitResult) -> list[int]:
         self._units.inc()
