@@ -31,8 +31,7 @@ from pipeline.prepare.execution.worker_environment import (
     version_mismatch,
     worker_requirements,
 )
-from pipeline.prepare.launcher import worker_extras
-from pipeline.prepare.planning import make_plan
+from pipeline.prepare.planning import make_plan, worker_extras
 from schemas import formats
 from schemas.manifest import PrepareConfig
 

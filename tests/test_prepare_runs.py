@@ -148,7 +148,7 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
 def test_local_runner_options():
     from apache_beam.options.pipeline_options import DirectOptions, WorkerOptions
 
-    from pipeline.prepare.execution.beam_job import pipeline_options
+    from pipeline.prepare.execution.beam_options import pipeline_options
 
     local = pipeline_options([])
     assert local.view_as(DirectOptions).direct_num_workers == os.cpu_count()

@@ -1,7 +1,8 @@
-"""`python -m pipeline prepare`: plan, check the output directory, run the units, finalize.
+"""`python -m pipeline prepare`: plan, check the output directory, run the stages, finalize, sum up.
 
 The launcher reads metadata only; the workers read the data. Units finished by an earlier,
-interrupted run are skipped, so a crash costs only the unfinished units. Every option that is not
+interrupted run are skipped (`resume`), so a crash costs only the unfinished units; where and how
+the stages run, and how their failures are told, is `stages`'s. Every option that is not
 ours goes to Beam, and one that Beam does not know either is refused.
 """
 
@@ -15,10 +16,7 @@ import os
 import platform
 import resource
 import sys
-import tempfile
 import time
-
-from apache_beam.options.pipeline_options import StandardOptions
 
 from pipeline.cli import config_file
 
@@ -27,48 +25,27 @@ from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.config_file import add_option as add_config_option
 from pipeline.cli.flag_errors import flag_message, flags_of
 from pipeline.cli.log_cadence import format_count, format_duration
-from pipeline.dataset.manifest_io import shard_sizes
-from pipeline.prepare.execution import beam_job
-from pipeline.prepare.read import hub_filesystem
-from pipeline.prepare.execution import watch as job
+from pipeline.prepare.execution import beam_options
 from pipeline.prepare.clean.dry_run import dry_run_report
 from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.clean.job import build_cleaning, is_cleaned
 from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
 from pipeline.prepare.clean.removals import cleans
-from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
-from pipeline.prepare.write.finalize import (
-    FinalizeError,
-    finished_unit_indices,
-    finished_units,
-    forget_units,
-    is_complete,
-    write_outputs,
-)
+from pipeline.prepare.write.finalize import FinalizeError, write_outputs
 from pipeline.prepare.write.output_dir import (
     COMPLETE,
     OutputError,
     earlier_hub_revisions,
     prepare_output_dir,
 )
-from pipeline.prepare.planning import Plan, make_plan
-from pipeline.prepare.execution.progress import Progress
+from pipeline.prepare.planning import Plan, make_plan, worker_extras
 from pipeline.prepare.read import SourceError
-from pipeline.prepare.units import UnitResult
-from pipeline.prepare.tokenize.unit import RunContext
-from pipeline.prepare.execution.worker_environment import package_versions, staging_options, version_differences
+from pipeline.prepare.resume import done_units
+from pipeline.prepare.stages import PrepareError, stage_runner
+from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
-from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
-
-
-class PrepareError(RuntimeError):
-    """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
+from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig
 
 
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
@@ -167,7 +144,7 @@ def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple
     try:
         args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
         own = [s for action in parser(prog)._actions for s in action.option_strings]
-        beam_job.check_beam_args(pipeline_args, own)
+        beam_options.check_beam_args(pipeline_args, own)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     return args, pipeline_args
@@ -213,150 +190,31 @@ def _bytes_read() -> int:
         return 0
 
 
-def worker_extras(plan: Plan) -> tuple[str, ...]:
-    """The extras the workers need beyond the base install: the Hugging Face client for hub files,
-    datatrove for quality filters."""
-    hub = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
-    return ("hf",) * hub + ("filters",) * bool(plan.config.filters)
-
-
-def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:
-    """Refuses to resume units written under other package versions than those installed now: the
-    run's shards would mix two tokenizers or writers. Checked before any unit runs."""
-    for result in done.values():
-        differences = version_differences(result.package_versions, installed)
-        if differences:
-            listed = ", ".join(f"{name} {old} (installed: {new})" for name, old, new in differences)
-            raise PrepareError(
-                f"{output_dir} holds an unfinished run started with other package versions: {listed}; "
-                "install the versions it was started with to resume it, or pass --overwrite to start again"
-            )
-
-
 def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, dry_run: bool = False) -> dict:
-    """Runs the units not done yet; returns what run_info.json records of it. A dry run runs the
-    cleaning stage alone and returns its report.
-
-    A unit is done if its record is of this plan and every shard it names is in place; any other
-    record is deleted first, so that its unit runs again instead of reading as finished.
-    """
-    sizes = shard_sizes(output_dir)
-    recorded = finished_units(output_dir)
-    done = {i: r for i, r in recorded.items() if r.plan == plan.fingerprint() and is_complete(r, sizes)}
-    check_same_packages(output_dir, done, package_versions(worker_extras(plan)))
-    forget_units(output_dir, sorted(set(recorded) - set(done)))
+    """Runs the cleaning stage and the units not done yet; returns what run_info.json records of
+    them. A dry run runs the cleaning stage alone and returns its report."""
+    done = done_units(plan, output_dir)
     pending = [u for u in plan.units if u.index not in done]
     print(
         f"prepare: {len(plan.inputs)} inputs, {len(plan.units)} units ({len(done)} already done), "
         f"tokenizer {plan.tokenizer.name}, dtype {plan.dtype}",
         file=sys.stderr,
     )
-    seen: dict[int, UnitResult] = {}
-
-    def poll() -> tuple[int, int]:
-        seen.update(finished_units(output_dir, seen))
-        return len(seen), sum(r.tokens for r in seen.values())
-
     started = time.time()
-    restarts = 0
-    extras = worker_extras(plan)
-    with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
-        try:
-            staging = staging_options(pipeline_args, scratch, extras)
-        except (ValueError, RuntimeError) as e:
-            raise PrepareError(str(e)) from None
-        options = beam_job.pipeline_options(pipeline_args + staging)
-        local = beam_job.is_local_runner(options)
-        context = RunContext(
-            config=plan.config,
-            dtype_name=plan.dtype,
-            num_units=len(plan.units),
-            output_dir=output_dir,
-            plan=plan.fingerprint(),
-            package_versions=package_versions(extras),
-            extras=extras,
-            failures_dir=scratch if local else remote_failures_dir(output_dir),
-            eval_digests=plan.eval_digests,
-        )
-        if not local:
-            storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
-        cleaning_seconds = _run_cleaning(plan, context, options, local, verbose)
+    with stage_runner(plan, output_dir, pipeline_args, verbose) as stages:
+        cleaning_seconds = stages.clean()
         if dry_run:
-            return {"report": dry_run_report(context, list(plan.units))}
-        if pending:
-            progress = Progress(
-                poll,
-                len(plan.units),
-                already_done=len(done),
-                already_tokens=sum(r.tokens for r in done.values()),
-                interval=1.0 if storage.is_local(output_dir) else 10.0,
-            )
-            try:
-                if local:
-                    restarts = job.run_local(
-                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
-                    )
-                else:
-                    job.run_remote(
-                        pending, context, options, lambda: finished_unit_indices(output_dir), progress.tick
-                    )
-            except job.JobError as e:
-                raise PrepareError(f"{e}; the units done are kept, and a rerun resumes", e.details if verbose else "") from None
-            progress.finish()
-        failures = read_failures(context.failures_dir)
-    if failures:
-        more = f" (and {len(failures) - 1} more failed units)" if len(failures) > 1 else ""
-        raise PrepareError(
-            f"{failures[0].message}{more}; the units done are kept, and a rerun resumes",
-            failures[0].traceback if verbose else "",
-        )
+            return {"report": dry_run_report(stages.context, list(plan.units))}
+        restarts = stages.tokenize(pending, done)
     return {
         "units_run": len(pending),
         "units_resumed": len(done),
         "job_restarts": restarts,
         "cleaning_seconds": cleaning_seconds,
         "tokenize_seconds": time.time() - started - cleaning_seconds,
-        "runner": options.view_as(StandardOptions).runner or "FnApiRunner",
+        "runner": stages.runner,
         "pipeline_args": pipeline_args,
     }
-
-
-def _run_cleaning(plan: Plan, context: RunContext, options, local: bool, verbose: bool) -> float:
-    """Runs the cleaning job unless it is not asked for or already complete; returns its seconds.
-    It fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
-    found across all of them."""
-    if not cleans(plan.config) or is_cleaned(context):
-        return 0.0
-    started = time.time()
-    print(f"prepare: cleaning {len(plan.units)} units ({_cleaning_rules(plan.config)})", file=sys.stderr)
-    units = list(plan.units)
-    everything = {u.index for u in units}
-
-    def cleaned() -> set[int]:
-        return everything if is_cleaned(context) else set()
-
-    try:
-        run = job.run_local if local else job.run_remote
-        run(units, context, options, cleaned, lambda: None, build_cleaning)
-    except job.JobError as e:
-        raise PrepareError(f"{e}; the fingerprints done are kept, and a rerun resumes", e.details if verbose else "") from None
-    failures = read_failures(context.failures_dir)
-    if failures:
-        raise PrepareError(f"{failures[0].message}; the fingerprints done are kept, and a rerun resumes",
-                           failures[0].traceback if verbose else "")
-    return time.time() - started
-
-
-def _cleaning_rules(config: PrepareConfig) -> str:
-    rules = [f"filters {','.join(config.filters)}"] if config.filters else []
-    rules.append(f"dedup {config.dedup}")
-    if config.dedup == "near":
-        rules[-1] += (f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
-                     f"threshold about {near_threshold(config.near_bands, config.near_rows):.2f}")
-    if config.decontaminate:
-        rules.append(f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at most "
-                     f"{config.decontaminate_max_matches} documents")
-    return "; ".join(rules)
 
 
 def _eval_set(config: PrepareConfig) -> EvalSet | None:
