@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 
 from schemas import formats
+from schemas.errors import RunError, SettingError
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 DEFAULT_UNIT_BYTES = 16 * 2**20
@@ -82,40 +83,31 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.filters) - set(FILTER_NAMES))
         if unknown:
-            raise ValueError(f"unknown filters {unknown}; expected some of {FILTER_NAMES}")
+            raise SettingError("filters", self.filters, f"must each be one of {FILTER_NAMES}")
         if self.filter_max_document_bytes < 1024:
-            raise ValueError(f"filter_max_document_bytes must be at least 1024 (got {self.filter_max_document_bytes=})")
+            raise SettingError("filter_max_document_bytes", self.filter_max_document_bytes, "must be at least 1024")
         if self.dedup not in DEDUP_MODES:
-            raise ValueError(f"unknown dedup mode {self.dedup!r}; expected one of {DEDUP_MODES}")
-        if self.decontaminate_ngram < 1:
-            raise ValueError(f"decontaminate_ngram must be at least 1 (got {self.decontaminate_ngram=})")
-        if self.decontaminate_max_matches < 1:
-            raise ValueError(f"decontaminate_max_matches must be at least 1 (got {self.decontaminate_max_matches=})")
-        if self.near_ngram < 1 or self.near_bands < 1 or self.near_rows < 1:
-            raise ValueError(
-                f"near_ngram, near_bands and near_rows must be at least 1 (got {self.near_ngram=}, "
-                f"{self.near_bands=}, {self.near_rows=})"
-            )
+            raise SettingError("dedup", self.dedup, f"must be one of {DEDUP_MODES}")
+        for name in ("decontaminate_ngram", "decontaminate_max_matches", "near_ngram", "near_bands", "near_rows"):
+            if getattr(self, name) < 1:
+                raise SettingError(name, getattr(self, name), "must be at least 1")
         if self.near_bands * self.near_rows > MAX_NEAR_HASHES:
-            raise ValueError(
-                f"near_bands x near_rows must be at most {MAX_NEAR_HASHES} hashes (got {self.near_bands}x{self.near_rows})"
-            )
+            raise SettingError("near_bands", self.near_bands, f"times {{near_rows}} must be at most {MAX_NEAR_HASHES} hashes",
+                               near_rows=self.near_rows)
         if self.format is not None and self.format not in INPUT_FORMATS:
-            raise ValueError(f"unknown format {self.format!r}; expected one of {INPUT_FORMATS}")
+            raise SettingError("format", self.format, f"must be one of {INPUT_FORMATS}")
         if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(
-                f"validation_fraction must be in [0, 1) (got {self.validation_fraction=})"
-            )
+            raise SettingError("validation_fraction", self.validation_fraction, "must be in [0, 1)")
         if self.unit_bytes < 4096:
-            raise ValueError(f"unit_bytes must be at least 4096 (got {self.unit_bytes=})")
+            raise SettingError("unit_bytes", self.unit_bytes, "must be at least 4096")
         if self.max_document_bytes < 1024:
-            raise ValueError(f"max_document_bytes must be at least 1024 (got {self.max_document_bytes=})")
+            raise SettingError("max_document_bytes", self.max_document_bytes, "must be at least 1024")
         if self.record_tokens < 16:
-            raise ValueError(f"record_tokens must be at least 16 (got {self.record_tokens=})")
+            raise SettingError("record_tokens", self.record_tokens, "must be at least 16")
         if not self.separator.strip() or "\n" in self.separator:
-            raise ValueError(f"separator must be one non-blank line (got {self.separator=!r})")
+            raise SettingError("separator", self.separator, "must be one non-blank line")
         if not self.text_field:
-            raise ValueError("text_field must not be empty")
+            raise SettingError("text_field", self.text_field, "must not be empty")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,7 +409,7 @@ JSON_SCHEMA: dict[str, Any] = {
 }
 
 
-class ManifestError(ValueError):
+class ManifestError(RunError, ValueError):
     """A manifest that is missing, of another version, or not valid against the schema."""
 
 

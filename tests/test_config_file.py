@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
-from conftest import IN_PROCESS, run_prepare, sample_documents, write_jsonl, write_text
+from conftest import IN_PROCESS, run_command, run_prepare, sample_documents, write_jsonl, write_text
 from pipeline.cli import config_file
-from pipeline.cli.flag_errors import flags_of
+from pipeline.cli.commands import flags_of
 from pipeline.prepare import launcher
-from pipeline.prepare.launcher import PrepareError, parse_args
+from pipeline.prepare.launcher import parse_args
 from schemas import formats
 from train import cli as train_cli
 
@@ -88,7 +88,7 @@ skip_bad_files = true
 ])
 def test_prepare_refuses_a_bad_file_in_one_line_naming_the_key(tmp_path, capsys, text, message):
     config = _toml(tmp_path / "bad.toml", text)
-    assert launcher.main(["--config", config, "--input", "a.txt", "--output", str(tmp_path / "out")]) == 1
+    assert run_command("prepare", "--config", config, "--input", "a.txt", "--output", str(tmp_path / "out")) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"prepare: error: {config}: ") and message in lines[0], lines
     assert not os.path.exists(tmp_path / "out")
@@ -152,7 +152,7 @@ def test_train_flags_override_the_file(stories_dataset, tmp_path):
 
 def test_train_refuses_an_unknown_key_in_one_line(tmp_path, capsys):
     config = _toml(tmp_path / "train.toml", "lr = 1e-3\n")
-    assert train_cli.main(["--config", config, "--workdir", str(tmp_path / "run")]) == 1
+    assert run_command("train", "--config", config, "--workdir", str(tmp_path / "run")) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"train: error: {config}: unknown key 'lr'; the keys are: " + ", ".join(sorted(
             a.dest for a in train_cli.parser()._actions if a.option_strings and a.dest not in ("help", "config")))

@@ -1,20 +1,15 @@
-"""`tokshards train` trains, `tokshards sample` samples from a run (also `python -m train [sample]`).
-
-Expected failures print one line and exit non-zero.
-"""
+"""`tokshards train` trains, `tokshards sample` samples from a run (also `python -m train [sample]`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import sys
 
 from model.config import PRESETS
 from pipeline.cli import config_file
-from pipeline.cli.commands import HelpFormatter
+from pipeline.cli.commands import HelpFormatter, flags_of
 from pipeline.cli.config_file import add_option as add_config_option
-from pipeline.cli.flag_errors import flag_message, flags_of
 from train.settings import default
 
 # Command-line options that are not run settings.
@@ -124,40 +119,25 @@ def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
     args = sample_parser(prog).parse_args(argv)
     from train.sample import sample
 
-    try:
-        print(sample(args.workdir, args.prompt, max_tokens=args.max_tokens, seed=args.seed,
-                     top_k=args.top_k or None, temperature=args.temperature))
-    except ValueError as e:
-        print(f"sample: error: {e}", file=sys.stderr)
-        return 1
+    print(sample(args.workdir, args.prompt, max_tokens=args.max_tokens, seed=args.seed,
+                 top_k=args.top_k or None, temperature=args.temperature))
     return 0
 
 
 def main(argv: list[str], prog: str = "tokshards train") -> int:
-    """Trains; `sample` as the first argument samples instead (`python -m train sample`)."""
-    if argv[:1] == ["sample"]:
-        return sample_main(argv[1:], f"{prog} sample")
-    flags = flags_of(parser(prog))
-    try:
-        args, _ = config_file.parse(lambda: parser(prog), argv)
-        import jax
+    args, _ = config_file.parse(lambda: parser(prog), argv)
+    import jax
 
-        if args.coordinator:
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
-            jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-        from train.trainer import train
+    if args.coordinator:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    from train.trainer import train
 
-        config, notes = _config(args, flags)
-        if jax.process_index() == 0:
-            for note in notes:
-                print(f"train: {note}", flush=True)
-        result = train(config)
-    except config_file.ConfigFileError as e:  # names the file's keys as written
-        print(f"train: error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
-        print(f"train: error: {flag_message(str(e), flags)}", file=sys.stderr)
-        return 1
+    config, notes = _config(args, flags_of(parser(prog)))
+    if jax.process_index() == 0:
+        for note in notes:
+            print(f"train: {note}", flush=True)
+    result = train(config)
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if "plot" in result:
         print(f"final loss {result.get('loss', float('nan')):.4f}"

@@ -9,6 +9,8 @@ import os
 from model.config import GPTConfig
 from pipeline.load.data_spec import DataSource, parse_data_spec
 from pipeline.load.loader import open_sources
+from schemas.errors import SettingError
+from train.errors import TrainError, TrainUsageError
 
 CONFIG_NAME = "config.json"
 
@@ -46,20 +48,20 @@ class TrainConfig:
             object.__setattr__(self, "data", parse_data_spec(self.data))
         for name in ("steps", "batch_size", "seq_len", "checkpoint_every", "keep_checkpoints", "eval_every", "log_every"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+                raise SettingError(name, getattr(self, name), "must be at least 1")
         if self.seq_len > self.model.max_seq_len:
-            raise ValueError(
-                f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
-                "lower --seq-len or choose a larger preset"
+            raise SettingError(
+                "seq_len", self.seq_len,
+                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger {{preset}} has more",
+                preset=self.preset,
             )
         if self.eval_batches < 0:
-            raise ValueError(f"eval_batches must be non-negative, 0 to turn evaluation off (got {self.eval_batches=})")
+            raise SettingError("eval_batches", self.eval_batches, "must be at least 0 (0 turns evaluation off)")
         if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be non-negative (got {self.warmup_steps=})")
+            raise SettingError("warmup_steps", self.warmup_steps, "must be at least 0")
+        horizon = "steps" if self.decay_steps is None else "decay_steps"
         if self.decay_horizon <= self.warmup_steps:
-            raise ValueError(
-                f"the decay horizon must exceed warmup_steps (got {self.decay_horizon=}, {self.warmup_steps=})"
-            )
+            raise SettingError(horizon, self.decay_horizon, "must exceed {warmup_steps}", warmup_steps=self.warmup_steps)
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -106,7 +108,7 @@ def load_saved(workdir: str) -> TrainConfig | None:
     try:
         return TrainConfig.from_json(text)
     except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
+        raise TrainError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
 
 
 def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
@@ -118,12 +120,12 @@ def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
     """
     changed = [k for k in _MUST_MATCH if getattr(saved, k) != getattr(config, k)]
     if changed:
-        raise ValueError(
+        raise TrainUsageError(
             f"{config.workdir} holds a run with different {', '.join(changed)}; "
             "use the same settings to resume, or another --workdir"
         )
     if config.decay_steps is None and config.decay_horizon != saved.decay_horizon:
-        raise ValueError(
+        raise TrainUsageError(
             f"steps={config.steps} without decay_steps would move the schedule's horizon from step "
             f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another to move it"
         )

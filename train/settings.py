@@ -15,6 +15,7 @@ from typing import Any
 from model.config import preset
 from pipeline.load.data_spec import DataSource
 from train.config import TrainConfig, data_vocab_size
+from train.errors import TrainUsageError
 
 # Settings free to differ from the saved run's: they change when or how, not what, is computed.
 _FREE = frozenset({"workdir", "steps", "decay_steps", "mesh", "checkpoint_every", "keep_checkpoints",
@@ -50,7 +51,7 @@ def _model_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
 
 def _new_run(given: Mapping[str, Any], flags: Mapping[str, str]) -> TrainConfig:
     if "data" not in given:
-        raise ValueError(f"{given['workdir']} holds no run to resume; {flags['data']} is required to start one")
+        raise TrainUsageError(f"{given['workdir']} holds no run to resume; {flags['data']} is required to start one")
     # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made for.
     vocab = {} if "vocab_size" in given else {"vocab_size": data_vocab_size(given["data"])}
     model = preset(given.get("preset", default("preset")), **{**vocab, **_model_overrides(given)})
@@ -89,7 +90,7 @@ def _resumed(
         old = _saved_value(saved, name)
         if value != old:
             theirs = _shown(flags[name], old) if isinstance(old, bool) else _text(old)
-            raise ValueError(
+            raise TrainUsageError(
                 f"{_shown(flags[name], value)} differs from the saved run's {theirs}; "
                 "drop the flag or use another --workdir"
             )

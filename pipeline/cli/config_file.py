@@ -17,11 +17,13 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
+from schemas.errors import UsageError
+
 # The option's destination; no key of a file.
 CONFIG = "config"
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(UsageError, ValueError):
     """A config file that cannot be read, or a key or value of it that its command refuses."""
 
 

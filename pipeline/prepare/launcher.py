@@ -25,7 +25,6 @@ from pipeline.cli import config_file
 from pipeline.dataset import storage
 from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.config_file import add_option as add_config_option
-from pipeline.cli.flag_errors import flag_message, flags_of
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset.manifest_io import shard_sizes
 from pipeline.prepare.execution import beam_job
@@ -60,15 +59,12 @@ from pipeline.prepare.execution.worker_environment import package_versions, stag
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
+from schemas.errors import RunError, UsageError
 from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
 
 
-class PrepareError(RuntimeError):
+class PrepareError(RunError, RuntimeError):
     """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
 
 
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
@@ -164,25 +160,19 @@ def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, 
 def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple[argparse.Namespace, list[str]]:
     """Our settings (from --config FILE, overridden by flags) and the options that go to Beam."""
     argv = sys.argv[1:] if argv is None else argv
+    args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
+    own = [s for action in parser(prog)._actions for s in action.option_strings]
     try:
-        args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
-        own = [s for action in parser(prog)._actions for s in action.option_strings]
         beam_job.check_beam_args(pipeline_args, own)
     except ValueError as e:
-        raise PrepareError(str(e)) from None
+        raise UsageError(str(e)) from None
     return args, pipeline_args
 
 
 def main(argv: list[str], prog: str = "tokshards prepare") -> int:
     # Beam's local job service relays every worker's log lines; keep the progress readable.
     logging.getLogger("apache_beam.runners.portability").setLevel(logging.ERROR)
-    try:
-        run(argv, prog)
-    except PrepareError as e:
-        if e.details:
-            print(e.details, file=sys.stderr)
-        print(f"prepare: error: {e}", file=sys.stderr)
-        return 1
+    run(argv, prog)
     return 0
 
 
@@ -191,10 +181,7 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
     model by the commit its revision names now."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
-    try:
-        config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
-    except ValueError as e:
-        raise PrepareError(flag_message(str(e), flags_of(parser()))) from None
+    config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
     if config.filters or config.filter_params:
         check_filters(config.filters, config.filter_params)
     if is_path_spec(config.tokenizer):
@@ -367,8 +354,8 @@ def _eval_set(config: PrepareConfig) -> EvalSet | None:
 
 
 def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manifest | None:
-    """Plan, run the unfinished units, write the manifest (None for a dry run). Raises PrepareError
-    on expected failures."""
+    """Plan, run the unfinished units, write the manifest (None for a dry run). Raises a UsageError
+    for settings it cannot run with, and PrepareError on other expected failures."""
     args, pipeline_args = parse_args(argv, prog)
     started = time.time()
     try:
@@ -382,6 +369,8 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
         planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
         evals = _eval_set(config)
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
+    except UsageError:
+        raise
     except FileNotFoundError as e:
         raise PrepareError(f"{e.filename or e}: no such file; check --input and --decontaminate") from None
     except (ValueError, SourceError, OutputError, OSError, EvalSetError) as e:

@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.prepare.read.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
+from schemas.errors import RunError
 from schemas.manifest import PrepareConfig
 
 BOM = b"\xef\xbb\xbf"
@@ -25,7 +26,7 @@ _FIRST_READ_PAST = 64 * 2**10
 _MAX_READ_PAST = 4 * 2**20
 
 
-class SourceError(RuntimeError):
+class SourceError(RunError, RuntimeError):
     """Input content that cannot be read as asked (corrupt, truncated, not of its format): the
     message names the file and what is wrong. Reading it again fails the same way. `reason` is
     what `--skip-bad-files` counts it as."""
