@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from pipeline.cli import commands as cli
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The console script pip installed beside this interpreter.

@@ -34,7 +34,7 @@ from pipeline.prepare.execution.worker_environment import (
 from pipeline.prepare.launcher import worker_extras
 from pipeline.prepare.planning import make_plan
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 if TYPE_CHECKING:
     from worker_venv import WorkerVenv

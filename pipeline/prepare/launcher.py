@@ -23,8 +23,8 @@ from apache_beam.options.pipeline_options import StandardOptions
 from pipeline.cli import config_file
 
 from pipeline.dataset import storage
+from pipeline.cli.arguments import add_settings
 from pipeline.cli.commands import HelpFormatter
-from pipeline.cli.config_file import add_option as add_config_option
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset.manifest_io import shard_sizes
 from pipeline.prepare.execution import beam_job
@@ -60,11 +60,37 @@ from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
 from schemas.errors import RunError, UsageError
-from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig, near_threshold
+from schemas.manifest import Manifest
+from schemas.prepare_config import PrepareConfig, near_threshold
+from schemas.settings import comma_list, setting
 
 
 class PrepareError(RunError, RuntimeError):
     """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """prepare's options that are not part of its config (PrepareConfig): what to read, where to
+    write, how to run. Each says where the run records it, or why it does not."""
+
+    config: str | None = config_file.option("unit-bytes = 1048576")
+    input: list[str] | None = setting(
+        None, "file, glob, directory or hub id; repeatable", repeat=True, required=True,
+        launch="the files it names are the manifest's inputs, each with its size and digest")
+    output: str | None = setting(
+        None, "output directory (local or any Beam filesystem)", required=True,
+        launch="the directory the manifest describes, not part of what it holds")
+    hf_revision: str | None = setting(
+        None, "branch, tag or commit of hub datasets", unset="what an unfinished run here pinned, else main",
+        launch="resolved to the commit it names when the run starts, recorded in the manifest's hub_revisions")
+    overwrite: bool = setting(
+        False, "replace what an earlier prepare run wrote in --output",
+        launch="how the output directory is taken, not what is written to it")
+    filter_dry_run: bool = setting(
+        False, "run the cleaning stage only and print what each rule removes, with samples; write no shards",
+        launch="a dry run writes no shards and no manifest")
+    verbose: bool = setting(False, "tracebacks with errors", launch="what an error prints, not what a run writes")
 
 
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
@@ -75,71 +101,15 @@ def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
-    defaults = PrepareConfig()
-    add = parser.add_argument
-    add_config_option(parser)
-    add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
-    add("--output", required=True, help="output directory (local or any Beam filesystem)")
-    add("--format", choices=INPUT_FORMATS, default=None, help="input format (default: from the file name)")
-    add("--tokenizer", default=defaults.tokenizer,
-        help="tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml)")
-    add("--bos-token", default=defaults.bos_token,
-        help="special token before each document ('none': no BOS; default: the tokenizer's rule)")
-    add("--eos-token", default=defaults.eos_token,
-        help="special token after each document (default: the tokenizer's rule)")
-    add("--text-field", default=defaults.text_field, help="the field or column holding the text (JSONL, Parquet, hf)")
-    add("--id-field", default=defaults.id_field,
-        help="field or column naming each record, given with every removed document in removals.jsonl")
-    add("--separator", default=defaults.separator, help="document separator line (text format)")
-    add("--validation-fraction", type=float, default=defaults.validation_fraction,
-        help="share of documents in the validation split, chosen by a hash of each document")
-    add("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
-    add("--unit-bytes", type=int, default=defaults.unit_bytes, help="target input bytes per unit")
-    add("--record-tokens", type=int, default=defaults.record_tokens,
-        help="tokens per ArrayRecord record, the loader's unit of reading")
-    add("--max-document-bytes", type=int, default=defaults.max_document_bytes,
-        help="longer documents are cut into pieces at a whitespace")
-    add("--hf-split", default=defaults.hf_split, help="Hugging Face dataset split to read")
-    add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name (default: the dataset's default)")
-    add("--hf-revision", default=None,
-        help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
-    add("--dedup", choices=DEDUP_MODES, default=defaults.dedup,
-        help="remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first copy is kept")
-    add("--near-ngram", type=int, default=defaults.near_ngram, help="words per shingle for --dedup near")
-    add("--near-bands", type=int, default=defaults.near_bands, help="MinHash bands for --dedup near")
-    add("--near-rows", type=int, default=defaults.near_rows,
-        help="MinHash rows per band for --dedup near (similarity threshold about (1/bands)^(1/rows))")
-    add("--decontaminate", type=_paths, default=defaults.decontaminate, metavar="PATH[,PATH...]",
-        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a word n-gram with "
-        "any of their examples")
-    add("--decontaminate-ngram", type=int, default=defaults.decontaminate_ngram,
-        help="words per n-gram for --decontaminate")
-    add("--decontaminate-max-matches", type=int, default=defaults.decontaminate_max_matches,
-        help="an eval n-gram in more documents than this is common text and removes none (listed in common_ngrams.jsonl)")
-    # Switches that --no-... turns off again, over a config file.
-    switch = argparse.BooleanOptionalAction
-    add("--filter", dest="filters", type=_names, default=defaults.filters, metavar="NAME[,NAME...]",
-        help=f"quality filters (datatrove's), run in this order on whole documents before dedup: {', '.join(FILTER_NAMES)}")
-    add("--filter-param", dest="filter_params", action="append", type=_parameter, default=[], metavar="NAME.KEY=VALUE",
-        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as JSON), e.g. "
-        "gopher-quality.min_doc_words=30; repeatable")
-    add("--filter-max-document-bytes", type=int, default=defaults.filter_max_document_bytes,
-        help="longer documents are removed (filter:too_long) instead of being held whole for the filters")
-    add("--filter-dry-run", action=switch, default=False,
-        help="run the cleaning stage only and print what each rule removes, with samples; write no shards")
-    add("--skip-bad-files", action=switch, default=False, help="record unreadable inputs as skipped")
-    add("--overwrite", action=switch, default=False, help="replace what an earlier prepare run wrote in --output")
-    add("--verbose", action=switch, default=False, help="tracebacks with errors")
+    add_settings(parser, LaunchOptions, title="the run (not part of the manifest's config)")
+    add_settings(parser, PrepareConfig, title="settings (the manifest's config)",
+                 readers={"decontaminate": _paths, "filter_params": _parameter})
     return parser
 
 
 def _paths(value: str) -> list[str]:
     """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
-    return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
-
-
-def _names(value: str) -> list[str]:
-    return [name for name in value.split(",") if name]
+    return [p if not storage.is_local(p) else os.path.abspath(p) for p in comma_list(value)]
 
 
 def _parameter(value: str) -> tuple[str, str, object]:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schemas.errors import UsageError
-from schemas.manifest import FILTER_NAMES
+from schemas.prepare_config import FILTER_NAMES
 
 FILTER_CLASSES = dict(zip(FILTER_NAMES, ("GopherQualityFilter", "GopherRepetitionFilter", "C4QualityFilter", "FineWebQualityFilter")))
 # Keyword arguments that are not rules: where datatrove writes removed documents, and the language

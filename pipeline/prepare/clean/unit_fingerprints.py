@@ -29,7 +29,7 @@ from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 FINGERPRINTS_DIR = "fingerprints"
 SAMPLES_PER_REASON = 3

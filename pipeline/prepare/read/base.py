@@ -18,7 +18,7 @@ from pipeline.prepare.read.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
 from schemas.errors import RunError
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 BOM = b"\xef\xbb\xbf"
 # Reads past a unit's end grow from small (the last document usually ends within a few KB) to large.

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 from schemas.errors import RunError
-from schemas.manifest import FILE_FORMATS
+from schemas.prepare_config import FILE_FORMATS
 
 if TYPE_CHECKING:
     from datasets import DatasetBuilder
