@@ -18,7 +18,7 @@ import psutil
 import pytest
 import zstandard
 
-from conftest import decoded_documents, sample_documents, tree_bytes, write_jsonl, write_text
+from conftest import decoded_documents, run_command, sample_documents, tree_bytes, write_jsonl, write_text
 from pipeline.corpus import write_corpus
 from schemas import formats
 
@@ -188,7 +188,6 @@ def test_unit_records_of_another_plan_are_redone(tmp_path):
 
 def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
     from pipeline.load import LoaderError, open_prepared
-    from pipeline.dataset.verify import main as verify_main
 
     corpus = write_text(str(tmp_path / "c.txt"), sample_documents(100))
     out = tmp_path / "out"
@@ -197,7 +196,7 @@ def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
     for bad in ("../../etc/passwd", "/etc/passwd", "train/../../x", "train/.hidden"):
         manifest["shards"][0]["path"] = bad
         (out / formats.MANIFEST_NAME).write_text(json.dumps(manifest))
-        assert verify_main([str(out)]) == 2
+        assert run_command("verify", str(out)) == 1  # a damaged manifest: the run fails
         with pytest.raises(LoaderError, match="shards/0/path"):
             open_prepared(str(out))
 

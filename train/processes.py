@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import numpy as np
 from jax.experimental import multihost_utils
+
 from train.errors import TrainError, TrainUsageError
 
 T = TypeVar("T")

@@ -103,7 +103,7 @@ class LoaderConfig:
                 f"data must be a directory or a tuple of DataSource, as parse_data_spec returns (got {self.data!r})"
             )
         if self.split not in formats.SPLITS:
-            raise LoaderError(f"unknown split {self.split!r}; expected one of {formats.SPLITS}")
+            raise LoaderSettingError("split", self.split, f"must be one of {formats.SPLITS}")
         if self.seq_len < 1:
             raise LoaderSettingError("seq_len", self.seq_len, "must be at least 1")
         if self.global_batch_size < 1:
@@ -111,7 +111,7 @@ class LoaderConfig:
         if self.seed < 0:
             raise LoaderSettingError("seed", self.seed, "must be at least 0")
         if self.packing not in PACKINGS:
-            raise LoaderError(f"unknown packing {self.packing!r}; expected one of {PACKINGS}")
+            raise LoaderSettingError("packing", self.packing, f"must be one of {PACKINGS}")
         if self.num_epochs is not None and self.num_epochs < 1:
             raise LoaderSettingError("num_epochs", self.num_epochs, "must be at least 1, or None to repeat")
         if self.worker_count < 0:
