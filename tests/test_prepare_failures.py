@@ -43,9 +43,10 @@ def shards(root: str) -> dict[str, bytes]:
     return {k: v for k, v in tree_bytes(root).items() if k.startswith(formats.SPLITS)}
 
 
-def one_line_error(result: subprocess.CompletedProcess) -> str:
-    """The run failed with exit 1 and said why in one line, without a traceback or Beam's noise."""
-    assert result.returncode == 1, result.stderr
+def one_line_error(result: subprocess.CompletedProcess, status: int = 1) -> str:
+    """The run failed with `status` (1: a failed run, 2: a usage error) and said why in one line,
+    without a traceback or Beam's noise."""
+    assert result.returncode == status, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("prepare: error: "), result.stderr
@@ -137,7 +138,7 @@ def test_trailing_zero_padding_is_accepted(tmp_path, suffix):
 
 def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path):
     corpus = write_text(str(tmp_path / "c.txt"), ["one"])
-    line = one_line_error(cli("--input", corpus, "--output", str(tmp_path / "o"), "--validation_fraction", "0.1"))
+    line = one_line_error(cli("--input", corpus, "--output", str(tmp_path / "o"), "--validation_fraction", "0.1"), 2)
     assert "--validation_fraction" in line and "did you mean --validation-fraction" in line
     assert not (tmp_path / "o").exists()
 
