@@ -17,6 +17,7 @@ import pytest
 # Tests import the project from the checkout, installed or not.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from pipeline.cli import commands  # noqa: E402
 from pipeline.dataset.manifest_io import read_manifest, read_records  # noqa: E402
 from pipeline.prepare import launcher  # noqa: E402
 from schemas import formats  # noqa: E402
@@ -44,6 +45,17 @@ def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
     if not any(a.startswith("--direct_") for a in extra):
         argv += IN_PROCESS
     return launcher.run(argv)
+
+
+def run_command(name: str, *argv: str) -> int:
+    """A `tokshards` command run in this process as the console script runs it: its exit status, and
+    its error line on stderr. The interrupt handling it installs is undone after it."""
+    handler, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
+    try:
+        return commands.run_command(name, list(argv), f"tokshards {name}")
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        sys.unraisablehook = hook
 
 
 def read_split(output: str, split: str = "train") -> list[np.ndarray]:

@@ -14,13 +14,8 @@ import numpy as np
 
 from pipeline.prepare.write.shard_writer import write_shard
 from schemas import formats
-from schemas.manifest import (
-    Manifest,
-    PrepareConfig,
-    ShardInfo,
-    TokenizerInfo,
-    split_totals,
-)
+from schemas.manifest import Manifest, ShardInfo, TokenizerInfo, split_totals
+from schemas.prepare_config import PrepareConfig
 from schemas.records import encode_record, record_bounds, token_dtype_name
 
 EOT_ID = 1

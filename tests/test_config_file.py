@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 
 import pytest
 
-from conftest import IN_PROCESS, run_prepare, sample_documents, write_jsonl, write_text
+from conftest import IN_PROCESS, run_command, run_prepare, sample_documents, write_jsonl, write_text
 from pipeline.cli import config_file
-from pipeline.cli.flag_errors import flags_of
 from pipeline.prepare import launcher
-from pipeline.prepare.launcher import PrepareError, parse_args
+from pipeline.prepare.launcher import parse_args
 from schemas import formats
 from train import cli as train_cli
 
@@ -40,11 +40,11 @@ def test_prepare_from_a_file_writes_and_saves_what_the_same_flags_do(corpora, tm
         input = {json.dumps(corpora)}
         output = "{tmp_path / 'by_file'}"
         unit_bytes = 4096
-        validation_fraction = 0.2
+        validation-fraction = 0.2
         record_tokens = 256
         dedup = "exact"
         seed = 7
-        skip_bad_files = true
+        skip-bad-files = true
         text_field = "text"
     """))
     launcher.run(["--config", config, *IN_PROCESS])
@@ -88,7 +88,7 @@ skip_bad_files = true
 ])
 def test_prepare_refuses_a_bad_file_in_one_line_naming_the_key(tmp_path, capsys, text, message):
     config = _toml(tmp_path / "bad.toml", text)
-    assert launcher.main(["--config", config, "--input", "a.txt", "--output", str(tmp_path / "out")]) == 1
+    assert run_command("prepare", "--config", config, "--input", "a.txt", "--output", str(tmp_path / "out")) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"prepare: error: {config}: ") and message in lines[0], lines
     assert not os.path.exists(tmp_path / "out")
@@ -102,19 +102,19 @@ def test_prepare_without_its_required_settings_names_them(tmp_path, capsys):
 
 
 def _train_config(args: list[str]):
-    parser = lambda: train_cli.parser("tokshards train")  # noqa: E731
-    parsed, _ = config_file.parse(parser, args)
-    return train_cli._config(parsed, flags_of(parser()))
+    parsed, _ = config_file.parse(lambda: train_cli.parser("tokshards train"), args)
+    return train_cli._config(parsed)
 
 
+# Keys are the flags' names, with dashes or underscores.
 TRAIN_TOML = """
 steps = 2
 width = 32
-num_layers = 1
-num_heads = 2
-seq_len = 32
+layers = 1
+heads = 2
+seq-len = 32
 batch_size = 4
-learning_rate = 3e-3
+learning-rate = 3e-3
 beta2 = 0.99
 packing = "document"
 bf16 = false
@@ -152,8 +152,26 @@ def test_train_flags_override_the_file(stories_dataset, tmp_path):
 
 def test_train_refuses_an_unknown_key_in_one_line(tmp_path, capsys):
     config = _toml(tmp_path / "train.toml", "lr = 1e-3\n")
-    assert train_cli.main(["--config", config, "--workdir", str(tmp_path / "run")]) == 1
+    assert run_command("train", "--config", config, "--workdir", str(tmp_path / "run")) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"train: error: {config}: unknown key 'lr'; the keys are: " + ", ".join(sorted(
-            a.dest for a in train_cli.parser()._actions if a.option_strings and a.dest not in ("help", "config")))
+            a.option_strings[0][2:] for a in train_cli.parser()._actions if a.dest not in ("help", "config")))
     ]
+
+
+@pytest.mark.parametrize("key, suggested", [("num_layers", "layers"), ("learning_rat", "learning_rate"),
+                                            ("learning-rat", "learning-rate"), ("vocab", "vocab-size")])
+def test_an_unknown_key_is_answered_with_the_flag_name_spelled_as_the_file_spells_it(tmp_path, capsys, key, suggested):
+    config = _toml(tmp_path / "train.toml", f"{key} = 1\n")
+    assert run_command("train", "--config", config, "--workdir", str(tmp_path / "run")) == 2
+    assert f"unknown key {key!r} (did you mean {suggested!r}?)" in capsys.readouterr().err
+
+
+def test_the_config_files_in_docs_cli_md_are_read_as_written(tmp_path):
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "cli.md")) as f:
+        blocks = re.findall(r"```toml\n(.*?)```", f.read(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        parser = launcher.parser if "tokshards prepare" in block else train_cli.parser
+        read = config_file.read(_toml(tmp_path / "example.toml", block), parser())
+        assert len(read) == len([line for line in block.splitlines() if "=" in line and not line.startswith("#")])

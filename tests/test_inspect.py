@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_prepare, write_jsonl
+from conftest import run_command, run_prepare, write_jsonl
 from tokenizer_files import train_bpe, write_tiktoken_spec
 
 from pipeline.dataset.inspect import main as inspect_main
@@ -66,7 +66,7 @@ def test_a_directory_keeps_its_tokenizer_json_and_needs_nothing_else(bpe, tmp_pa
 
     os.remove(os.path.join(out, formats.TOKENIZER_COPY_DIR, "tokenizer.json"))
     broken = _cli("inspect", out)
-    assert broken.returncode == 2
+    assert broken.returncode == 1
     error = broken.stderr.strip().splitlines()
     assert len(error) == 1 and "Traceback" not in broken.stderr
     assert error[0].startswith("inspect: error: cannot show documents:") and "tokenizer/tokenizer.json is missing" in error[0]
@@ -149,7 +149,7 @@ def test_plot_writes_the_length_histogram(stories_dataset, tmp_path, capsys):
 
 def test_plot_without_matplotlib_is_one_line(stories_dataset, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
-    assert inspect_main([stories_dataset, "--plot", str(tmp_path / "x.png")]) == 2
+    assert run_command("inspect", stories_dataset, "--plot", str(tmp_path / "x.png")) == 1
     assert capsys.readouterr().err == "inspect: error: --plot needs matplotlib: pip install 'tokshards[plot]'\n"
 
 
@@ -169,10 +169,11 @@ def test_control_characters_are_escaped_when_documents_are_printed(tmp_path):
     [
         (["prepare", "--validation-fraction", "1.5"], "prepare: error: --validation-fraction must be in [0, 1), got 1.5"),
         (["prepare", "--record-tokens", "3"], "prepare: error: --record-tokens must be at least 16, got 3"),
-        (["prepare", "--near-bands", "0"],
-         "prepare: error: --near-ngram, --near-bands and --near-rows must be at least 1, got --near-ngram 5, "
-         "--near-bands 0, --near-rows 8"),
-        (["corpus", "--stories", "-3"], "corpus: error: --stories must be non-negative, got -3"),
+        (["prepare", "--near-bands", "0"], "prepare: error: --near-bands must be at least 1, got 0"),
+        (["prepare", "--near-bands", "64", "--near-rows", "32"],
+         "prepare: error: --near-bands times --near-rows must be at most 1024 hashes, got --near-bands 64, "
+         "--near-rows 32"),
+        (["corpus", "--stories", "-3"], "corpus: error: --stories must be at least 0, got -3"),
         (["batches", "--seq-len", "0", "--batch-size", "2", "--take", "1", "--out", "x.npz"],
          "batches: error: --seq-len must be at least 1, got 0"),
     ],
@@ -185,26 +186,21 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
     if command == "corpus":
         rest += ["--output", str(tmp_path / "c.txt")]
     result = _cli(command, *rest)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [message]
 
 
-def test_flag_message_rewrites_both_forms_of_got():
-    from pipeline.cli.flag_errors import flag_message
-
-    flags = {"seq_len": "--seq-len", "warmup_steps": "--warmup-steps"}
-    assert flag_message("seq_len must be at least 1 (got 0)", flags) == "--seq-len must be at least 1, got 0"
-    flags["split"] = "--split"
-    assert flag_message("unknown split 'test'", flags) == "unknown split 'test'"  # prose, not the setting
-    assert flag_message("split must be named (got self.split='')", flags) == "--split must be named, got ''"
-    assert (flag_message("the decay horizon must exceed warmup_steps (got self.decay_horizon=5, self.warmup_steps=9)", flags)
-            == "the decay horizon must exceed --warmup-steps, got decay_horizon 5, --warmup-steps 9")
+def test_an_unknown_split_is_a_setting_error_naming_the_flag(stories_dataset, capsys):
+    assert run_command("inspect", stories_dataset, "--split", "test") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"inspect: error: --split must name a split of {stories_dataset}: ['train', 'validation'], got 'test'"
+    ]
 
 
 def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "pipeline.load.lengths", raising=False)
     monkeypatch.setitem(sys.modules, "grain", None)  # not installed
-    assert inspect_main([stories_dataset]) == 2
+    assert run_command("inspect", stories_dataset) == 1
     assert capsys.readouterr().err == (
         "inspect: error: document statistics read the loader's lengths index, which needs the load extra (grain is "
         "missing): pip install 'tokshards[load]'\n"

@@ -333,8 +333,8 @@ def test_open_prepared_refuses_missing_or_invalid_manifests(prepared, tmp_path):
     [
         (dict(seq_len=0), "seq_len"),
         (dict(global_batch_size=0), "global_batch_size"),
-        (dict(packing="bins"), "unknown packing"),
-        (dict(split="test"), "unknown split"),
+        (dict(packing="bins"), "packing must be one of"),
+        (dict(split="test"), "split must be one of"),
         (dict(num_epochs=0), "num_epochs"),
         (dict(worker_count=-1), "worker_count"),
         (dict(seed=-1), "seed"),

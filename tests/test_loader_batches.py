@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import run_command
 from synthetic import unique_documents, write_prepared
 
 from pipeline.load.batches import main
@@ -58,23 +59,24 @@ def test_batches_take_epoch_writes_exactly_one_epoch(prepared, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args,message",
+    "args,status,message",
     [
-        (["--batch-size", "5", "--shard-count", "2"], "not divisible by the 2 parts"),
-        (["--seq-len", "0"], "--seq-len must be at least 1, got 0"),
-        (["--split", "test"], "unknown split 'test'"),
+        (["--batch-size", "5", "--shard-count", "2"], 1, "not divisible by the 2 parts"),
+        (["--seq-len", "0"], 2, "--seq-len must be at least 1, got 0"),
+        (["--split", "test"], 2, "--split must be one of ('train', 'validation'), got 'test'"),
     ],
 )
-def test_batches_reports_expected_failures_in_one_line(prepared, tmp_path, capsys, args, message):
+def test_batches_reports_expected_failures_in_one_line(prepared, tmp_path, capsys, args, status, message):
     argv = [prepared, "--seq-len", "8", "--batch-size", "4", "--take", "2", "--out", str(tmp_path / "x.npz")]
-    assert main(argv + args) == 1
+    assert run_command("batches", *argv, *args) == status
     err = capsys.readouterr().err
     assert message in err and err.startswith("batches: error:") and err.count("\n") == 1
     assert not (tmp_path / "x.npz").exists()
 
 
 def test_batches_on_a_directory_that_is_not_prepared(tmp_path, capsys):
-    assert main([str(tmp_path), "--seq-len", "8", "--batch-size", "4", "--take", "1", "--out", str(tmp_path / "x.npz")]) == 1
+    assert run_command("batches", str(tmp_path), "--seq-len", "8", "--batch-size", "4", "--take", "1", "--out",
+                       str(tmp_path / "x.npz")) == 1
     assert "no manifest.json" in capsys.readouterr().err
 
 

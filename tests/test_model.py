@@ -90,7 +90,7 @@ def test_presets_and_config_checks():
     assert 124.4e6 < preset("gpt2").num_params() < 124.5e6
     with pytest.raises(ValueError, match="divisible"):
         GPTConfig(width=100, num_heads=3)
-    with pytest.raises(ValueError, match="unknown preset"):
+    with pytest.raises(ValueError, match="preset must be one of"):
         preset("huge")
 
 

@@ -17,7 +17,7 @@ from pipeline.prepare.clean.fingerprints import words
 from pipeline.prepare.clean.removals import NEAR, duplicates, places
 from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
 from pipeline.prepare.units import WorkUnit
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 LOW = 0.2
 NGRAM = 5

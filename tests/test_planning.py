@@ -11,7 +11,7 @@ from conftest import run_outputs, run_prepare
 from pipeline.corpus import write_corpus
 from pipeline.prepare.planning import TARGET_UNITS, UNIT_FLOOR_BYTES, make_plan, unit_bytes_for
 from schemas import formats
-from schemas.manifest import DEFAULT_UNIT_BYTES, PrepareConfig
+from schemas.prepare_config import DEFAULT_UNIT_BYTES, PrepareConfig
 
 MIB = 2**20
 

@@ -263,9 +263,9 @@ def test_near_dedup_parameters_are_the_users(tmp_path):
     # Shingles of 2 words: the copy's changes touch fewer of them.
     assert run_prepare([corpus], str(tmp_path / "two"), "--dedup", "near", "--near-ngram", "2",
                        "--near-bands", "1", "--near-rows", "3").removed == {NEAR: 1}
-    from pipeline.prepare.launcher import PrepareError
+    from schemas.errors import SettingError
 
-    with pytest.raises(PrepareError, match="at most 1024 hashes"):
+    with pytest.raises(SettingError, match="near_bands times near_rows must be at most 1024 hashes"):
         run_prepare([corpus], str(tmp_path / "big"), "--dedup", "near", "--near-bands", "64", "--near-rows", "32")
 
 

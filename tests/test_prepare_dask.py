@@ -14,6 +14,7 @@ from conftest import files_in_place, kill_prepare_part_way, run_outputs, run_pre
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher
 from schemas import formats
+from schemas.errors import UsageError
 from test_prepare_failures import cli, one_line_error
 
 DASK_RUNNER = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -24,7 +25,7 @@ def test_options_of_a_runner_named_by_its_module_are_known():
         ["--input", "x", "--output", "y", DASK_RUNNER, "--dask_client_address=127.0.0.1:8786"]
     )
     assert "--dask_client_address=127.0.0.1:8786" in beam_args
-    with pytest.raises(launcher.PrepareError, match="did you mean --dask_client_address"):
+    with pytest.raises(UsageError, match="did you mean --dask_client_address"):
         launcher.parse_args(["--input", "x", "--output", "y", DASK_RUNNER, "--dask_client_adress=127.0.0.1:8786"])
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import zstandard
 
-from conftest import decoded_documents, sample_documents, tree_bytes, write_jsonl, write_text
+from conftest import decoded_documents, run_command, sample_documents, tree_bytes, write_jsonl, write_text
 from pipeline.corpus import write_corpus
 from schemas import formats
 
@@ -43,9 +43,10 @@ def shards(root: str) -> dict[str, bytes]:
     return {k: v for k, v in tree_bytes(root).items() if k.startswith(formats.SPLITS)}
 
 
-def one_line_error(result: subprocess.CompletedProcess) -> str:
-    """The run failed with exit 1 and said why in one line, without a traceback or Beam's noise."""
-    assert result.returncode == 1, result.stderr
+def one_line_error(result: subprocess.CompletedProcess, status: int = 1) -> str:
+    """The run failed with `status` (1: a failed run, 2: a usage error) and said why in one line,
+    without a traceback or Beam's noise."""
+    assert result.returncode == status, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("prepare: error: "), result.stderr
@@ -137,7 +138,7 @@ def test_trailing_zero_padding_is_accepted(tmp_path, suffix):
 
 def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path):
     corpus = write_text(str(tmp_path / "c.txt"), ["one"])
-    line = one_line_error(cli("--input", corpus, "--output", str(tmp_path / "o"), "--validation_fraction", "0.1"))
+    line = one_line_error(cli("--input", corpus, "--output", str(tmp_path / "o"), "--validation_fraction", "0.1"), 2)
     assert "--validation_fraction" in line and "did you mean --validation-fraction" in line
     assert not (tmp_path / "o").exists()
 
@@ -188,7 +189,6 @@ def test_unit_records_of_another_plan_are_redone(tmp_path):
 
 def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
     from pipeline.load import LoaderError, open_prepared
-    from pipeline.dataset.verify import main as verify_main
 
     corpus = write_text(str(tmp_path / "c.txt"), sample_documents(100))
     out = tmp_path / "out"
@@ -197,7 +197,7 @@ def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
     for bad in ("../../etc/passwd", "/etc/passwd", "train/../../x", "train/.hidden"):
         manifest["shards"][0]["path"] = bad
         (out / formats.MANIFEST_NAME).write_text(json.dumps(manifest))
-        assert verify_main([str(out)]) == 2
+        assert run_command("verify", str(out)) == 1  # a damaged manifest: the run fails
         with pytest.raises(LoaderError, match="shards/0/path"):
             open_prepared(str(out))
 

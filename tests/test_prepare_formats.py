@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from pipeline.prepare.planning import make_plan
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 from conftest import decoded_documents, read_split, run_prepare, sample_documents, write_jsonl, write_parquet, write_text
 

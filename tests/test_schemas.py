@@ -8,7 +8,8 @@ import json
 import pytest
 
 from schemas.__main__ import SCHEMA_FILE, exported_text
-from schemas.manifest import Manifest, ManifestError, PrepareConfig, ShardInfo, TokenizerInfo, split_totals
+from schemas.manifest import Manifest, ManifestError, ShardInfo, TokenizerInfo, split_totals
+from schemas.prepare_config import PrepareConfig
 from schemas.records import decode_record, encode_record, token_dtype_name
 
 

@@ -17,7 +17,7 @@ from pipeline.prepare.read.base import ContentDigest, separator_regex, split_at_
 from pipeline.prepare.read.columnar import row_ranges
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 SEP = "<|endoftext|>"
 LINES = ["Once upon a time.", SEP, f"  {SEP}  ", f"{SEP}\r", f"a {SEP} inside", "", "The end é.", "x" * 50, " "]

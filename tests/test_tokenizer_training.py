@@ -49,7 +49,9 @@ def test_prepare_train_sample_with_a_vocabulary_above_65536(tmp_path):
         [sys.executable, "-m", "train", "--data", data, "--workdir", str(tmp_path / "small"), *model_flags,
          "--vocab-size", "50257", "--steps", "2"], cwd=REPO, capture_output=True, text=True,
     )
-    assert refused.returncode == 1 and "larger than the model's (50257)" in refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"train: error: --vocab-size must hold the data's vocabulary of {n_vocab} ids; leave it out to take the data's, "
+        "got 50257")
     _run("train", "--data", data, "--workdir", workdir, *model_flags, "--steps", "4", "--batch-size", "4",
          "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2")
     config = json.loads(open(os.path.join(workdir, "config.json")).read())

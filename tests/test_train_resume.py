@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from conftest import run_prepare
+from conftest import run_command, run_prepare
 from pipeline.corpus import write_corpus
 from train.cli import main
 from train.metrics import METRICS_NAME, read_rows
@@ -27,7 +27,7 @@ def prepared(tmp_path_factory) -> str:
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    code = run_command("train", *argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -87,7 +87,7 @@ def finished(prepared, tmp_path_factory) -> str:
 )
 def test_a_given_setting_must_match_the_saved_run(finished, capsys, flags, message):
     code, _, err = _run(capsys, "--workdir", finished, "--steps", "4", *flags)
-    assert code == 1
+    assert code == 2
     assert err.strip().splitlines() == [f"train: error: {message}; drop the flag or use another --workdir"]
     assert len(_train_rows(finished)) == 2
 
@@ -103,7 +103,7 @@ def test_given_settings_equal_to_the_saved_ones_and_cadence_flags_resume(prepare
 
 def test_a_new_run_needs_data(tmp_path, capsys):
     code, _, err = _run(capsys, "--workdir", str(tmp_path / "empty"))
-    assert code == 1
+    assert code == 2
     assert "holds no run to resume; --data is required to start one" in err
 
 

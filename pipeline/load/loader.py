@@ -29,7 +29,7 @@ from etils import epath
 
 from pipeline.dataset.integrity import shard_problems
 from pipeline.load.data_spec import DataSource, check_names
-from pipeline.load.errors import LoaderError
+from pipeline.load.errors import LoaderError, LoaderSettingError
 from pipeline.load.global_index import PACKINGS, EndOfData, Planner, Position, Stage
 from pipeline.load.lengths import SplitLengths
 from pipeline.load.mixture import check_compatible
@@ -103,23 +103,23 @@ class LoaderConfig:
                 f"data must be a directory or a tuple of DataSource, as parse_data_spec returns (got {self.data!r})"
             )
         if self.split not in formats.SPLITS:
-            raise LoaderError(f"unknown split {self.split!r}; expected one of {formats.SPLITS}")
+            raise LoaderSettingError("split", self.split, f"must be one of {formats.SPLITS}")
         if self.seq_len < 1:
-            raise LoaderError(f"seq_len must be at least 1 (got {self.seq_len=})")
+            raise LoaderSettingError("seq_len", self.seq_len, "must be at least 1")
         if self.global_batch_size < 1:
-            raise LoaderError(f"global_batch_size must be at least 1 (got {self.global_batch_size=})")
+            raise LoaderSettingError("global_batch_size", self.global_batch_size, "must be at least 1")
         if self.seed < 0:
-            raise LoaderError(f"seed must be non-negative (got {self.seed=})")
+            raise LoaderSettingError("seed", self.seed, "must be at least 0")
         if self.packing not in PACKINGS:
-            raise LoaderError(f"unknown packing {self.packing!r}; expected one of {PACKINGS}")
+            raise LoaderSettingError("packing", self.packing, f"must be one of {PACKINGS}")
         if self.num_epochs is not None and self.num_epochs < 1:
-            raise LoaderError(f"num_epochs must be at least 1, or None to repeat (got {self.num_epochs=})")
+            raise LoaderSettingError("num_epochs", self.num_epochs, "must be at least 1, or None to repeat")
         if self.worker_count < 0:
-            raise LoaderError(f"worker_count must be non-negative (got {self.worker_count=})")
+            raise LoaderSettingError("worker_count", self.worker_count, "must be at least 0")
         if self.shard_count is not None and self.shard_count < 1:
-            raise LoaderError(f"shard_count must be at least 1 (got {self.shard_count=})")
+            raise LoaderSettingError("shard_count", self.shard_count, "must be at least 1")
         if self.shard_index is not None and self.shard_index < 0:
-            raise LoaderError(f"shard_index must be non-negative (got {self.shard_index=})")
+            raise LoaderSettingError("shard_index", self.shard_index, "must be at least 0")
 
     @property
     def sources(self) -> tuple[DataSource, ...]:

@@ -21,9 +21,8 @@ import time
 from pipeline.cli import config_file
 
 from pipeline.dataset import storage
+from pipeline.cli.arguments import add_settings
 from pipeline.cli.commands import HelpFormatter
-from pipeline.cli.config_file import add_option as add_config_option
-from pipeline.cli.flag_errors import flag_message, flags_of
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.prepare.execution import beam_options
 from pipeline.prepare.clean.dry_run import dry_run_report
@@ -45,7 +44,34 @@ from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
-from schemas.manifest import DEDUP_MODES, FILTER_NAMES, INPUT_FORMATS, Manifest, PrepareConfig
+from schemas.errors import UsageError
+from schemas.manifest import Manifest
+from schemas.prepare_config import PrepareConfig
+from schemas.settings import comma_list, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """prepare's options that are not part of its config (PrepareConfig): what to read, where to
+    write, how to run. Each says where the run records it, or why it does not."""
+
+    config: str | None = config_file.option("unit-bytes = 1048576")
+    input: list[str] | None = setting(
+        None, "file, glob, directory or hub id; repeatable", repeat=True, required=True,
+        launch="the files it names are the manifest's inputs, each with its size and digest")
+    output: str | None = setting(
+        None, "output directory (local or any Beam filesystem)", required=True,
+        launch="the directory the manifest describes, not part of what it holds")
+    hf_revision: str | None = setting(
+        None, "branch, tag or commit of hub datasets", unset="what an unfinished run here pinned, else main",
+        launch="resolved to the commit it names when the run starts, recorded in the manifest's hub_revisions")
+    overwrite: bool = setting(
+        False, "replace what an earlier prepare run wrote in --output",
+        launch="how the output directory is taken, not what is written to it")
+    filter_dry_run: bool = setting(
+        False, "run the cleaning stage only and print what each rule removes, with samples; write no shards",
+        launch="a dry run writes no shards and no manifest")
+    verbose: bool = setting(False, "tracebacks with errors", launch="what an error prints, not what a run writes")
 
 
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
@@ -56,71 +82,15 @@ def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
-    defaults = PrepareConfig()
-    add = parser.add_argument
-    add_config_option(parser)
-    add("--input", action="append", required=True, help="file, glob, directory or hub id; repeatable")
-    add("--output", required=True, help="output directory (local or any Beam filesystem)")
-    add("--format", choices=INPUT_FORMATS, default=None, help="input format (default: from the file name)")
-    add("--tokenizer", default=defaults.tokenizer,
-        help="tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml)")
-    add("--bos-token", default=defaults.bos_token,
-        help="special token before each document ('none': no BOS; default: the tokenizer's rule)")
-    add("--eos-token", default=defaults.eos_token,
-        help="special token after each document (default: the tokenizer's rule)")
-    add("--text-field", default=defaults.text_field, help="the field or column holding the text (JSONL, Parquet, hf)")
-    add("--id-field", default=defaults.id_field,
-        help="field or column naming each record, given with every removed document in removals.jsonl")
-    add("--separator", default=defaults.separator, help="document separator line (text format)")
-    add("--validation-fraction", type=float, default=defaults.validation_fraction,
-        help="share of documents in the validation split, chosen by a hash of each document")
-    add("--seed", type=int, default=defaults.seed, help="salts the split hash and unit shuffles")
-    add("--unit-bytes", type=int, default=defaults.unit_bytes, help="target input bytes per unit")
-    add("--record-tokens", type=int, default=defaults.record_tokens,
-        help="tokens per ArrayRecord record, the loader's unit of reading")
-    add("--max-document-bytes", type=int, default=defaults.max_document_bytes,
-        help="longer documents are cut into pieces at a whitespace")
-    add("--hf-split", default=defaults.hf_split, help="Hugging Face dataset split to read")
-    add("--hf-name", default=defaults.hf_name, help="Hugging Face dataset config name (default: the dataset's default)")
-    add("--hf-revision", default=None,
-        help="branch, tag or commit of hub datasets (default: what an unfinished run here pinned, else main)")
-    add("--dedup", choices=DEDUP_MODES, default=defaults.dedup,
-        help="remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first copy is kept")
-    add("--near-ngram", type=int, default=defaults.near_ngram, help="words per shingle for --dedup near")
-    add("--near-bands", type=int, default=defaults.near_bands, help="MinHash bands for --dedup near")
-    add("--near-rows", type=int, default=defaults.near_rows,
-        help="MinHash rows per band for --dedup near (similarity threshold about (1/bands)^(1/rows))")
-    add("--decontaminate", type=_paths, default=defaults.decontaminate, metavar="PATH[,PATH...]",
-        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a word n-gram with "
-        "any of their examples")
-    add("--decontaminate-ngram", type=int, default=defaults.decontaminate_ngram,
-        help="words per n-gram for --decontaminate")
-    add("--decontaminate-max-matches", type=int, default=defaults.decontaminate_max_matches,
-        help="an eval n-gram in more documents than this is common text and removes none (listed in common_ngrams.jsonl)")
-    # Switches that --no-... turns off again, over a config file.
-    switch = argparse.BooleanOptionalAction
-    add("--filter", dest="filters", type=_names, default=defaults.filters, metavar="NAME[,NAME...]",
-        help=f"quality filters (datatrove's), run in this order on whole documents before dedup: {', '.join(FILTER_NAMES)}")
-    add("--filter-param", dest="filter_params", action="append", type=_parameter, default=[], metavar="NAME.KEY=VALUE",
-        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as JSON), e.g. "
-        "gopher-quality.min_doc_words=30; repeatable")
-    add("--filter-max-document-bytes", type=int, default=defaults.filter_max_document_bytes,
-        help="longer documents are removed (filter:too_long) instead of being held whole for the filters")
-    add("--filter-dry-run", action=switch, default=False,
-        help="run the cleaning stage only and print what each rule removes, with samples; write no shards")
-    add("--skip-bad-files", action=switch, default=False, help="record unreadable inputs as skipped")
-    add("--overwrite", action=switch, default=False, help="replace what an earlier prepare run wrote in --output")
-    add("--verbose", action=switch, default=False, help="tracebacks with errors")
+    add_settings(parser, LaunchOptions, title="the run (not part of the manifest's config)")
+    add_settings(parser, PrepareConfig, title="settings (the manifest's config)",
+                 readers={"decontaminate": _paths, "filter_params": _parameter})
     return parser
 
 
 def _paths(value: str) -> list[str]:
     """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
-    return [p if not storage.is_local(p) else os.path.abspath(p) for p in value.split(",") if p]
-
-
-def _names(value: str) -> list[str]:
-    return [name for name in value.split(",") if name]
+    return [p if not storage.is_local(p) else os.path.abspath(p) for p in comma_list(value)]
 
 
 def _parameter(value: str) -> tuple[str, str, object]:
@@ -141,25 +111,19 @@ def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, 
 def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple[argparse.Namespace, list[str]]:
     """Our settings (from --config FILE, overridden by flags) and the options that go to Beam."""
     argv = sys.argv[1:] if argv is None else argv
+    args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
+    own = [s for action in parser(prog)._actions for s in action.option_strings]
     try:
-        args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
-        own = [s for action in parser(prog)._actions for s in action.option_strings]
         beam_options.check_beam_args(pipeline_args, own)
     except ValueError as e:
-        raise PrepareError(str(e)) from None
+        raise UsageError(str(e)) from None
     return args, pipeline_args
 
 
 def main(argv: list[str], prog: str = "tokshards prepare") -> int:
     # Beam's local job service relays every worker's log lines; keep the progress readable.
     logging.getLogger("apache_beam.runners.portability").setLevel(logging.ERROR)
-    try:
-        run(argv, prog)
-    except PrepareError as e:
-        if e.details:
-            print(e.details, file=sys.stderr)
-        print(f"prepare: error: {e}", file=sys.stderr)
-        return 1
+    run(argv, prog)
     return 0
 
 
@@ -168,10 +132,7 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
     model by the commit its revision names now."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
-    try:
-        config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
-    except ValueError as e:
-        raise PrepareError(flag_message(str(e), flags_of(parser()))) from None
+    config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
     if config.filters or config.filter_params:
         check_filters(config.filters, config.filter_params)
     if is_path_spec(config.tokenizer):
@@ -225,8 +186,8 @@ def _eval_set(config: PrepareConfig) -> EvalSet | None:
 
 
 def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manifest | None:
-    """Plan, run the unfinished units, write the manifest (None for a dry run). Raises PrepareError
-    on expected failures."""
+    """Plan, run the unfinished units, write the manifest (None for a dry run). Raises a UsageError
+    for settings it cannot run with, and PrepareError on other expected failures."""
     args, pipeline_args = parse_args(argv, prog)
     started = time.time()
     try:
@@ -240,6 +201,8 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
         planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
         evals = _eval_set(config)
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
+    except UsageError:
+        raise
     except FileNotFoundError as e:
         raise PrepareError(f"{e.filename or e}: no such file; check --input and --decontaminate") from None
     except (ValueError, SourceError, OutputError, OSError, EvalSetError) as e:

@@ -21,7 +21,8 @@ from pipeline.prepare.read.inputs import resolve_inputs
 from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.units import WorkUnit
 from pipeline.tokenization import tokenizer_info
-from schemas.manifest import PrepareConfig, TokenizerInfo
+from schemas.manifest import TokenizerInfo
+from schemas.prepare_config import PrepareConfig
 from schemas.records import token_dtype_name
 
 _METADATA_THREADS = 16  # metadata requests to an object store are latency-bound

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,15 +33,12 @@ from pipeline.prepare.planning import Plan, worker_extras
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import UnitResult, WorkUnit
 from pipeline.prepare.write.finalize import finished_unit_indices, finished_units
-from schemas.manifest import PrepareConfig, near_threshold
+from schemas.errors import RunError
+from schemas.prepare_config import PrepareConfig, near_threshold
 
 
-class PrepareError(RuntimeError):
+class PrepareError(RunError, RuntimeError):
     """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pipeline.dataset import storage
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 REMOVALS_DIR = "removals"
 CLEANED_NAME = "cleaned.json"

@@ -32,7 +32,7 @@ from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.tokenize.unit import check_unchanged
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 FINGERPRINTS_DIR = "fingerprints"
 SAMPLES_PER_REASON = 3

@@ -32,6 +32,7 @@ from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
 from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.run_context import RunContext
+from schemas.errors import RunError
 
 RESTARTS = 3
 _LOCAL_POLL_SECONDS = 0.25
@@ -39,12 +40,9 @@ _REMOTE_POLL_SECONDS = 5.0
 _END_GRACE_SECONDS = 60.0
 
 
-class JobError(RuntimeError):
-    """The pipeline itself failed (not a unit: those are recorded as unit failures)."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
+class JobError(RunError, RuntimeError):
+    """The pipeline itself failed (not a unit: those are recorded as unit failures); `details` holds
+    its traceback."""
 
 
 def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: Build) -> None:

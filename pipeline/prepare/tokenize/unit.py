@@ -38,6 +38,7 @@ from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.splitmix import splitmix64
 from pipeline.tokenization import Tokenizer, load_tokenizer
 from schemas import formats
+from schemas.errors import RunError
 from schemas.manifest import ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
 
@@ -73,7 +74,7 @@ def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: st
     return np.argsort(keys, kind="stable")
 
 
-class InputChangedError(RuntimeError):
+class InputChangedError(RunError, RuntimeError):
     """An input is not what the run planned: resuming would mix two versions of it."""
 
     deterministic = True

@@ -26,10 +26,11 @@ from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_na
 from pipeline.tokenization import load_tokenizer
 from pipeline.tokenization.dataset_copy import save_copy
 from schemas import formats
+from schemas.errors import RunError
 from schemas.manifest import EvalFileInfo, InputInfo, Manifest, split_totals
 
 
-class FinalizeError(RuntimeError):
+class FinalizeError(RunError, RuntimeError):
     """The unit records cannot make a manifest (missing units, or workers of other versions)."""
 
 
