@@ -7,7 +7,7 @@ import pytest
 from synthetic import unique_documents, write_prepared
 
 from pipeline.load.batches import main
-from pipeline.load.loader import LoaderConfig, make_dataset
+from pipeline.load import LoaderConfig, make_dataset
 
 
 @pytest.fixture(scope="module")

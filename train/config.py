@@ -7,8 +7,8 @@ import json
 import os
 
 from model.config import GPTConfig
+from pipeline.load import open_sources
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from pipeline.load.loader import open_sources
 
 CONFIG_NAME = "config.json"
 
