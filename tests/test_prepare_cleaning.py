@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
+from conftest import (decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, units_started,
+                      write_jsonl, write_parquet, write_text)
 from pipeline.prepare.clean.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.read.unit_documents import kept_documents
@@ -218,15 +219,16 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     run_prepare(inputs, clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, state_dir)
-    kill_prepare_part_way(
-        [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
-         "--direct_running_mode=multi_processing"],
-        done=lambda: files_in_place(watched), at_least=2, poll=0.002,
-    )
+    in_pass = "cleaning" if state_dir == "fingerprints" else "units"
+    command = [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
+               "--direct_running_mode=multi_processing"]
+    kill_prepare_part_way(command, after=2, in_pass=in_pass)
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
+    done = files_in_place(watched)
+    assert 0 < done <= 2 < total, "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    run_prepare(inputs, out, *args)
+    # The rerun takes up the killed pass where it stopped: the units done there are read back, not redone.
+    assert units_started(command, in_pass=in_pass) == total - done
     assert run_outputs(out) == run_outputs(clean)
 
 

@@ -14,7 +14,7 @@ from datatrove.data import Document
 from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
-from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
+from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, units_started, write_jsonl
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare import launcher
 from pipeline.prepare.clean.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
@@ -199,10 +199,11 @@ def test_sigkill_while_filtering_then_resume(tmp_path):
     run_prepare([path], clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, "fingerprints")
-    kill_prepare_part_way(["--input", path, *args, "--output", out, "--direct_num_workers=2",
-                           "--direct_running_mode=multi_processing"],
-                          done=lambda: files_in_place(watched), at_least=2, poll=0.002)
+    command = ["--input", path, *args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    kill_prepare_part_way(command, after=2, in_pass="cleaning")
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
-    run_prepare([path], out, *args)
+    done = files_in_place(watched)
+    assert 0 < done <= 2 < total, "the kill lands part-way"
+    # The rerun filters only the units not done: the others' filter results are read back.
+    assert units_started(command, in_pass="cleaning") == total - done
     assert run_outputs(out) == run_outputs(clean)
