@@ -14,3 +14,7 @@ if "UNITS_PASS" in os.environ:
     import unit_starts
 
     unit_starts.install()
+if "FAIL_UNIT" in os.environ:
+    import unit_failure
+
+    unit_failure.install()
