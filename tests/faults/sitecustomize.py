@@ -18,3 +18,7 @@ if "FAIL_UNIT" in os.environ:
     import unit_failure
 
     unit_failure.install()
+if "PRISM_STATE_DIR" in os.environ:
+    import prism
+
+    prism.install()
