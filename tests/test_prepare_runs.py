@@ -10,7 +10,7 @@ import sys
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 
-from conftest import fault_env, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, tree_bytes
+from conftest import decoded_documents, fault_env, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
@@ -106,14 +106,19 @@ def test_verify_names_bad_and_missing_shards(stories, tmp_path):
     assert f"missing: {second}" in result.stdout
 
 
-def test_inspect_prints_totals_histogram_and_documents(stories, tmp_path):
+def test_inspect_prints_totals_histogram_and_documents(stories, tmp_path, encoding):
     out = str(tmp_path / "out")
     run_prepare([stories], out)
     result = _cli("inspect", out, "--documents", "2")
     assert result.returncode == 0, result.stderr
     assert "train: 6000 documents" in result.stdout
     assert result.stdout.count("--- document") == 2
-    assert "named" in result.stdout or "Once" in result.stdout or "There" in result.stdout or "It was" in result.stdout
+    # The split's first two documents, whole, as the shards hold them: stories of the input.
+    corpus = open(stories, encoding="utf-8").read()
+    for i, text in enumerate(decoded_documents(out, encoding)[:2]):
+        assert len(text) > 100 and f"{text}\n<|endoftext|>" in corpus
+        tokens = len(encoding.encode_ordinary(text)) + 1  # and its end-of-text id
+        assert f"--- document {i} ({tokens} tokens) ---\n{text}\n" in result.stdout
 
 
 @pytest.mark.slow
