@@ -22,7 +22,7 @@ from pipeline.load.rows import FIELDS, concat_rows, document_rows, new_window, t
 from schemas.manifest import Manifest
 from schemas.records import numpy_dtype
 
-FOREVER = 2**62  # steps of a plan without num_epochs
+_FOREVER = 2**62  # steps of a plan without num_epochs
 _RECORD_BITS = 40  # a record's index in its split, below its source's, in one int64 key
 _RECORD_MASK = (1 << _RECORD_BITS) - 1
 
@@ -91,7 +91,7 @@ class HostRows:
     def steps(self, start: Position) -> int:
         """How many complete batches the plan holds from `start` (walks it when `num_epochs` is set)."""
         if self._config.num_epochs is None:
-            return FOREVER
+            return _FOREVER
         return self.planner.steps(start)
 
     def window(self, steps: int) -> dict[str, np.ndarray]:
