@@ -55,7 +55,8 @@ GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100"]
+# `wheel`: the tests build the sdist into a wheel without a package index (tests/worker_venv.py).
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100", "wheel>=0.40"]
 
 setup(
     name="tokshards",

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import grain
 import numpy as np
 
-from pipeline.load.loader import LoaderConfig, make_iterator
+from pipeline.load import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 # The corpora are written by the tests' `synthetic` module, from token ids.

@@ -61,10 +61,53 @@ def test_cudnn_is_chosen_on_cuda_for_the_inputs_it_takes(platform, dtype, head_d
     assert why
 
 
-def test_this_machine_runs_xla():
-    assert choose(attention.platform(), dtype=jnp.bfloat16, head_dim=64, seq_len=16, segments=False)[0] == XLA
+def _backend() -> str:
+    """The backend present, from its devices: 'cuda' for NVIDIA GPUs, 'rocm' for AMD's, else the platform."""
+    device = jax.devices()[0]
+    if device.platform == "gpu":
+        return "cuda" if "cuda" in device.client.platform_version.lower() else "rocm"
+    return device.platform
 
 
+ON_CUDA = _backend() == "cuda"
+
+
+@pytest.mark.parametrize("segments", [False, True])
+def test_this_machine_runs_the_kernel_its_backend_takes(segments):
+    expected = CUDNN if ON_CUDA else XLA
+    q, k, v = _qkv(jnp.bfloat16, t=64, size=64)
+    segment_ids = _segments(t=64) if segments else None
+    assert choose(attention.platform(), dtype=q.dtype, head_dim=64, seq_len=64, segments=segments)[0] == expected
+    # The step runs the kernel chosen: cuDNN's fused attention is a custom call of its own.
+    lowered = jax.jit(causal_attention).lower(q, k, v, segment_ids).as_text()
+    assert ("__cudnn$fmha" in lowered) == (expected == CUDNN)
+
+
+@pytest.mark.skipif(not ON_CUDA, reason="cuDNN's fused attention runs on a CUDA GPU only")
+@pytest.mark.parametrize("segments", [False, True])
+def test_cudnns_outputs_and_gradients_match_the_reference(segments):
+    q, k, v = _qkv(jnp.bfloat16, t=128, size=64)
+    segment_ids = _segments(t=128) if segments else None
+    assert "__cudnn$fmha" in jax.jit(causal_attention).lower(q, k, v, segment_ids).as_text()
+    exact = [x.astype(jnp.float32) for x in (q, k, v)]  # the same inputs; the reference in float32
+
+    def close(ours, reference):
+        # bfloat16 keeps 8 bits of mantissa: within 2% of the largest value, where a wrong mask is far off.
+        ours, reference = np.asarray(ours, np.float32), np.asarray(reference, np.float32)
+        np.testing.assert_allclose(ours, reference, atol=0.02 * np.abs(reference).max())
+
+    close(jax.jit(causal_attention)(q, k, v, segment_ids), jax.jit(materialized_attention)(*exact, segment_ids))
+
+    def loss(f, q, k, v):
+        return (f(q, k, v, segment_ids).astype(jnp.float32) ** 2).sum()
+
+    ours = jax.jit(jax.grad(lambda *a: loss(causal_attention, *a), argnums=(0, 1, 2)))(q, k, v)
+    reference = jax.jit(jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2)))(*exact)
+    for a, b in zip(ours, reference):
+        close(a, b)
+
+
+@pytest.mark.skipif(ON_CUDA, reason="cuDNN runs here: there is no failing cuDNN choice to make")
 def test_a_cudnn_choice_that_cannot_run_raises_instead_of_switching_kernels(monkeypatch):
     monkeypatch.setattr(attention, "platform", lambda: "cuda")
     q, k, v = _qkv(jnp.bfloat16)

@@ -14,7 +14,7 @@ import pytest
 from conftest import read_split as read_records
 from synthetic import EOT_ID, unique_documents, write_prepared
 
-from pipeline.load.loader import LoaderConfig, LoaderError, host_batch_size, make_dataset, make_iterator, open_prepared
+from pipeline.load import LoaderConfig, LoaderError, host_batch_size, make_dataset, make_iterator, open_prepared
 from schemas import formats
 
 

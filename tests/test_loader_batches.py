@@ -8,7 +8,7 @@ from conftest import run_command
 from synthetic import unique_documents, write_prepared
 
 from pipeline.load.batches import main
-from pipeline.load.loader import LoaderConfig, make_dataset
+from pipeline.load import LoaderConfig, make_dataset
 
 
 @pytest.fixture(scope="module")

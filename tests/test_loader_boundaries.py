@@ -11,7 +11,7 @@ from synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader import take
 
 from pipeline.load.errors import LoaderError
-from pipeline.load.loader import LoaderConfig, make_iterator, open_prepared
+from pipeline.load import LoaderConfig, make_iterator, open_prepared
 from pipeline.load.mixture import check_compatible
 
 BOS_ID = 2

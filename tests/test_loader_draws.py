@@ -9,7 +9,7 @@ from synthetic import EOT_ID, unique_documents, write_prepared
 from test_loader_mixture import mixture, owners, sources  # noqa: F401 (a fixture)
 
 from pipeline.load.blending import next_source
-from pipeline.load.loader import LoaderConfig, make_dataset, make_iterator
+from pipeline.load import LoaderConfig, make_dataset, make_iterator
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.records import DEFAULT_RECORD_TOKENS
 

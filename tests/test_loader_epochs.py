@@ -9,7 +9,7 @@ import pytest
 from synthetic import EOT_ID, unique_documents, write_prepared
 
 from pipeline.load.data_spec import DataSource
-from pipeline.load.loader import LoaderConfig, make_iterator
+from pipeline.load import LoaderConfig, make_iterator
 
 SEQ_LEN, BATCH = 32, 6
 

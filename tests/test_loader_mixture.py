@@ -11,7 +11,7 @@ from test_loader import assert_same, take
 
 from pipeline.load.batches import main as batches_main
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from pipeline.load.loader import LoaderConfig, LoaderError, make_dataset, make_iterator, open_prepared
+from pipeline.load import LoaderConfig, LoaderError, make_dataset, make_iterator, open_prepared
 from pipeline.load.rows import SOURCE_TOKENS
 
 N_VOCAB = 2**20

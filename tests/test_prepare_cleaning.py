@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl, write_parquet, write_text
+from conftest import (decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, units_started,
+                      write_jsonl, write_parquet, write_text)
 from pipeline.prepare.clean.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.read.unit_documents import kept_documents
@@ -218,15 +219,16 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     run_prepare(inputs, clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, state_dir)
-    kill_prepare_part_way(
-        [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
-         "--direct_running_mode=multi_processing"],
-        done=lambda: files_in_place(watched), at_least=2, poll=0.002,
-    )
+    in_pass = "cleaning" if state_dir == "fingerprints" else "units"
+    command = [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
+               "--direct_running_mode=multi_processing"]
+    kill_prepare_part_way(command, after=2, in_pass=in_pass)
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
+    done = files_in_place(watched)
+    assert 0 < done <= 2 < total, "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    run_prepare(inputs, out, *args)
+    # The rerun takes up the killed pass where it stopped: the units done there are read back, not redone.
+    assert units_started(command, in_pass=in_pass) == total - done
     assert run_outputs(out) == run_outputs(clean)
 
 
@@ -251,18 +253,43 @@ def test_near_duplicates_of_cut_documents_are_found(tmp_path):
     assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(3, 1)]
 
 
+def _jaccard(a: str, b: str, n: int) -> float:
+    """The Jaccard similarity of two texts' sets of word `n`-grams."""
+    x, y = ({tuple(words[i : i + n]) for i in range(len(words) - n + 1)} for words in (a.split(), b.split()))
+    return len(x & y) / len(x | y)
+
+
+def _found(similarity: float, bands: int, rows: int) -> float:
+    """The odds that MinHash with `bands` bands of `rows` rows puts a pair of this similarity in one
+    bucket: 1 - (1 - s^rows)^bands, for hash functions drawn at random."""
+    return 1 - (1 - similarity**rows) ** bands
+
+
 def test_near_dedup_parameters_are_the_users(tmp_path):
+    # Every outcome here holds but for odds under 1e-6 whatever hash functions MinHash draws, or
+    # surely where the shingles are the same: not only for today's.
     rng = random.Random(6)
     base = " ".join(f"w{rng.randrange(10**6)}" for _ in range(300))
-    docs = [base, near_copy(base, 4, rng)]  # 5-gram Jaccard about 0.87
-    corpus = write_jsonl(str(tmp_path / "a.jsonl"), docs)
+    copy = near_copy(base, 1, rng)
+    similarity = _jaccard(base, copy, 5)  # about 0.97
+    corpus = write_jsonl(str(tmp_path / "a.jsonl"), [base, copy])
+    # The default, 14 bands of 8 rows of word 5-grams, finds the copy.
+    assert 1 - _found(similarity, 14, 8) < 1e-6
     assert run_prepare([corpus], str(tmp_path / "default"), "--dedup", "near").removed == {NEAR: 1}
-    # One band of 112 rows: only documents agreeing in every hash collide.
-    strict = run_prepare([corpus], str(tmp_path / "strict"), "--dedup", "near", "--near-bands", "1", "--near-rows", "112")
-    assert strict.removed == {} and (strict.config.near_bands, strict.config.near_rows) == (1, 112)
-    # Shingles of 2 words: the copy's changes touch fewer of them.
-    assert run_prepare([corpus], str(tmp_path / "two"), "--dedup", "near", "--near-ngram", "2",
-                       "--near-bands", "1", "--near-rows", "3").removed == {NEAR: 1}
+    # One band of 1,024 rows: only documents agreeing in every hash collide.
+    assert _found(similarity, 1, 1024) < 1e-6
+    strict = run_prepare([corpus], str(tmp_path / "strict"), "--dedup", "near", "--near-bands", "1", "--near-rows", "1024")
+    assert strict.removed == {} and (strict.config.near_bands, strict.config.near_rows) == (1, 1024)
+    # Two texts of four words in random orders share every 2-gram, and few 5-grams: 2-word
+    # shingles make them the same set, whose hashes all agree.
+    colours = random.Random(7)
+    a, b = (" ".join(colours.choice(["red", "green", "blue", "gold"]) for _ in range(300)) for _ in range(2))
+    assert _jaccard(a, b, 2) == 1 and _found(_jaccard(a, b, 5), 1, 16) < 1e-6
+    pair = write_jsonl(str(tmp_path / "pair.jsonl"), [a, b])
+    one_band = ("--dedup", "near", "--near-bands", "1", "--near-rows", "16")
+    assert run_prepare([pair], str(tmp_path / "two"), *one_band, "--near-ngram", "2").removed == {NEAR: 1}
+    assert run_prepare([pair], str(tmp_path / "five"), *one_band).removed == {}
+
     from schemas.errors import SettingError
 
     with pytest.raises(SettingError, match="near_bands times near_rows must be at most 1024 hashes"):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
+from conftest import files_in_place, kill_prepare_when, run_outputs, run_prepare, write_jsonl
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher
 from schemas import formats
@@ -68,7 +68,7 @@ def test_dask_resumes_after_the_launcher_is_killed(scheduler, corpus, tmp_path):
     out = str(tmp_path / "killed")
     args = ["--input", corpus, "--output", out, *ARGS, DASK_RUNNER, f"--dask_client_address={scheduler}"]
     units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    kill_prepare_part_way(args, done=lambda: files_in_place(units_dir), at_least=2)
+    kill_prepare_when(args, done=lambda: files_in_place(units_dir), at_least=2)
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     result = cli(*args, timeout=300)
     assert result.returncode == 0, result.stderr

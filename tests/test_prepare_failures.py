@@ -18,12 +18,11 @@ import psutil
 import pytest
 import zstandard
 
-from conftest import decoded_documents, run_command, sample_documents, tree_bytes, write_jsonl, write_text
+from conftest import decoded_documents, fault_env, files_in_place, run_command, sample_documents, tree_bytes, write_jsonl, write_text
 from pipeline.corpus import write_corpus
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAULTS = os.path.join(REPO, "tests", "faults")
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -53,22 +52,46 @@ def one_line_error(result: subprocess.CompletedProcess, status: int = 1) -> str:
     return errors[0]
 
 
-def test_a_truncated_compressed_file_fails_the_run_in_seconds_and_stays_resumable(tmp_path):
+def test_a_truncated_compressed_file_fails_the_run_with_one_line_naming_it(tmp_path):
     docs = [f"doc {i} " + "text " * 50 for i in range(3000)]
     good = write_jsonl(str(tmp_path / "good.jsonl"), docs)
     full = gzip.compress(open(good, "rb").read(), mtime=0)
     (tmp_path / "cut.jsonl.gz").write_bytes(full[: len(full) // 2])
     out = str(tmp_path / "out")
-    started = time.monotonic()
-    result = cli("--input", good, "--input", str(tmp_path / "cut.jsonl.gz"), "--output", out, "--unit-bytes", "65536")
-    assert time.monotonic() - started < 60, "a failing run must not wait for the rest of the work"
-    line = one_line_error(result)
+    line = one_line_error(cli("--input", good, "--input", str(tmp_path / "cut.jsonl.gz"), "--output", out,
+                              "--unit-bytes", "65536"))
     assert "cut.jsonl.gz" in line and "truncated" in line
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    # The state is resumable: with the bad file repaired, the rerun completes.
-    (tmp_path / "cut.jsonl.gz").write_bytes(full)
-    assert cli("--input", good, "--input", str(tmp_path / "cut.jsonl.gz"), "--output", out, "--unit-bytes", "65536",
-               "--overwrite").returncode == 0
+
+
+def test_a_failed_unit_stops_the_run_without_waiting_for_the_others_and_the_rerun_resumes(tmp_path):
+    corpus = write_text(str(tmp_path / "c.txt"), sample_documents(600))
+    # Two worker processes on any machine: the failing unit waits for another to be at work beside it.
+    args = ["--input", corpus, "--unit-bytes", "4096", "--direct_num_workers=2"]
+    assert cli(*args, "--output", str(tmp_path / "clean")).returncode == 0
+    out = tmp_path / "out"
+    state = tmp_path / "faults"
+    state.mkdir()
+    # The second unit to start fails once a third has started; that one, and any after it, would
+    # never end: the run ends only if it stops its job instead of waiting for it.
+    try:
+        result = cli(*args, "--output", str(out), env=fault_env(FAIL_UNIT="2", FAIL_STATE_DIR=str(state)))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run waited for the units at work after the failure, which never end")
+    line = one_line_error(result)
+    assert "injected failure" in line and "c.txt" in line
+    assert (state / "held-3").exists(), "the run ended before a unit was at work beside the failing one"
+    assert not [name for name in os.listdir(state) if name.startswith("late-")], "a unit started after the failure"
+    assert not (out / formats.MANIFEST_NAME).exists()
+    done = files_in_place(str(out / formats.STATE_DIR / formats.UNITS_DIR))
+    assert done >= 1, "the unit finished before the failing one started is kept"
+    # The rerun, with nothing changed and without --overwrite, resumes: only the units not done run.
+    rerun = cli(*args, "--output", str(out))
+    assert rerun.returncode == 0, rerun.stderr
+    info = json.loads((out / formats.RUN_INFO_NAME).read_text())
+    total = json.loads((tmp_path / "clean" / formats.MANIFEST_NAME).read_text())["num_units"]
+    assert (info["units_resumed"], info["units_run"]) == (done, total - done)
+    assert outputs(str(out)) == outputs(str(tmp_path / "clean"))
 
 
 def test_verbose_shows_the_traceback(tmp_path):
@@ -205,8 +228,7 @@ def test_manifest_shard_paths_must_stay_inside_the_dataset(tmp_path):
 def _flaky_env(tmp_path, failures: int) -> dict:
     state = tmp_path / f"flaky-{failures}-{time.monotonic_ns()}"
     state.mkdir()
-    path = os.pathsep.join([FAULTS, os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path, FLAKY_STATE_DIR=str(state), FLAKY_FAILURES=str(failures))
+    return fault_env(FLAKY_STATE_DIR=str(state), FLAKY_FAILURES=str(failures))
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from datatrove.data import Document
 from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 from datatrove.pipeline.filters.base_filter import get_filter_result
 
-from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
+from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, units_started, write_jsonl
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare.clean.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
 from schemas import formats
@@ -95,24 +95,29 @@ def test_each_filter_keeps_what_datatrove_keeps(name, tmp_path, encoding):
 
 
 def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_path, encoding, capsys):
-    docs = held_out_documents(seed=1)
-    docs += [docs[0], docs[0]]  # copies of a kept document: dedup removes them
     names = ["gopher-repetition", "c4", "gopher-quality", "fineweb"]
+    originals = held_out_documents(seed=1)
+    kept = originals[0]
+    # Its words one per line: the same document once whitespace is normalized, which the filters
+    # remove. Before it, it would be the keeper of its copies were filtered documents deduplicated;
+    # after them, a duplicate.
+    broken = kept.replace(" ", "\n")
+    docs = [broken, *originals, kept, kept, broken]
+    n = len(docs)
+    expected = datatrove_kept(names, docs)
+    assert expected[1] is None and expected[0] is not None and expected[n - 1] == expected[0]
     out = str(tmp_path / "out")
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
     args = ["--filter", ",".join(names), "--dedup", "exact", "--max-document-bytes", str(MAX_DOCUMENT_BYTES)]
     manifest = run_prepare([path], out, *args)
-    expected = datatrove_kept(names, docs)
-    assert expected[0] is None
     removed = {r["id"]: r for r in _removals(out)}
     assert {i: r["reason"] for i, r in removed.items() if r["reason"].startswith("filter:")} == {
         i: why for i, why in expected.items() if why is not None
     }
-    assert {i for i, r in removed.items() if r["reason"] == "exact_duplicate"} == {len(docs) - 2, len(docs) - 1}
-    # A filtered document is never a duplicate's keeper, nor counted as a duplicate.
-    assert {len({d for i, d in enumerate(docs) if expected[i] is not None})} and all(
-        expected[i] is None for i, r in removed.items() if r["reason"] == "exact_duplicate"
-    )
+    # A filtered document is never a duplicate's keeper, nor counted as a duplicate: the kept
+    # document's copies are duplicates of it, the filtered ones are filtered.
+    duplicates = {i: r["duplicate_of"] for i, r in removed.items() if r["reason"] == "exact_duplicate"}
+    assert duplicates == {n - 3: {"path": path, "line": 2}, n - 2: {"path": path, "line": 2}}
     inspect_dataset.main([out])
     shown = capsys.readouterr().out
     assert all(f"{reason} {n}" in shown for reason, n in manifest.removed.items())
@@ -199,10 +204,11 @@ def test_sigkill_while_filtering_then_resume(tmp_path):
     run_prepare([path], clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, "fingerprints")
-    kill_prepare_part_way(["--input", path, *args, "--output", out, "--direct_num_workers=2",
-                           "--direct_running_mode=multi_processing"],
-                          done=lambda: files_in_place(watched), at_least=2, poll=0.002)
+    command = ["--input", path, *args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    kill_prepare_part_way(command, after=2, in_pass="cleaning")
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
-    run_prepare([path], out, *args)
+    done = files_in_place(watched)
+    assert 0 < done <= 2 < total, "the kill lands part-way"
+    # The rerun filters only the units not done: the others' filter results are read back.
+    assert units_started(command, in_pass="cleaning") == total - done
     assert run_outputs(out) == run_outputs(clean)

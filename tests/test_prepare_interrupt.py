@@ -18,12 +18,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import run_outputs
+from conftest import FAULTS, fault_env, run_outputs
 from pipeline.corpus import write_corpus
 from schemas import formats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAULTS = os.path.join(REPO, "tests", "faults")
 sys.path.insert(0, FAULTS)
 from interrupt import MOMENTS  # noqa: E402
 
@@ -42,8 +41,7 @@ def _prepare(corpus: str, out: str, env: dict | None = None, *, sigint=signal.SI
 
 def _interrupting_at(moment: str, state: str) -> dict[str, str]:
     os.makedirs(state)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([FAULTS, os.environ.get("PYTHONPATH", "")]),
-                INTERRUPT_AT=moment, INTERRUPT_STATE_DIR=state)
+    return fault_env(INTERRUPT_AT=moment, INTERRUPT_STATE_DIR=state)
 
 
 @contextlib.contextmanager

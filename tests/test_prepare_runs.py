@@ -10,7 +10,7 @@ import sys
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
 
-from conftest import files_in_place, kill_prepare_part_way, run_outputs, run_prepare, tree_bytes
+from conftest import decoded_documents, fault_env, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, tree_bytes
 from pipeline.corpus import write_corpus
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
@@ -106,14 +106,19 @@ def test_verify_names_bad_and_missing_shards(stories, tmp_path):
     assert f"missing: {second}" in result.stdout
 
 
-def test_inspect_prints_totals_histogram_and_documents(stories, tmp_path):
+def test_inspect_prints_totals_histogram_and_documents(stories, tmp_path, encoding):
     out = str(tmp_path / "out")
     run_prepare([stories], out)
     result = _cli("inspect", out, "--documents", "2")
     assert result.returncode == 0, result.stderr
     assert "train: 6000 documents" in result.stdout
     assert result.stdout.count("--- document") == 2
-    assert "named" in result.stdout or "Once" in result.stdout or "There" in result.stdout or "It was" in result.stdout
+    # The split's first two documents, whole, as the shards hold them: stories of the input.
+    corpus = open(stories, encoding="utf-8").read()
+    for i, text in enumerate(decoded_documents(out, encoding)[:2]):
+        assert len(text) > 100 and f"{text}\n<|endoftext|>" in corpus
+        tokens = len(encoding.encode_ordinary(text)) + 1  # and its end-of-text id
+        assert f"--- document {i} ({tokens} tokens) ---\n{text}\n" in result.stdout
 
 
 @pytest.mark.slow
@@ -127,10 +132,10 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
     out = str(tmp_path / "killed")
     units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
     kill_prepare_part_way([*args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-                          done=lambda: files_in_place(units_dir), at_least=3)
+                          after=3)
     done = files_in_place(units_dir)
     total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
-    assert 0 < done < len(total), "the kill must land part-way"
+    assert 0 < done <= 3 < len(total), "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     # Whatever is visible under a shard name is a complete ArrayRecord file.
     for split in formats.SPLITS:
@@ -157,20 +162,55 @@ def test_local_runner_options():
     assert pipeline_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
 
 
-def test_the_local_runner_is_pinned_and_never_fetches_prism(tmp_path, monkeypatch):
+# A pipeline on Beam's own DirectRunner, unpinned, in a spawned process.
+_UNPINNED_IN_A_SPAWNED_CHILD = """
+import multiprocessing
+
+def run():
+    import apache_beam as beam
+    with beam.Pipeline(runner="DirectRunner") as pipeline:
+        pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x + 1)
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("spawn").Process(target=run)
+    child.start()
+    child.join()
+    raise SystemExit(child.exitcode)
+"""
+
+# The launcher of a process that has run JAX: the watched job then starts in a fresh interpreter.
+_AFTER_JAX = "import sys, jax; jax.numpy.zeros(1).block_until_ready(); from pipeline.prepare import launcher; launcher.run(sys.argv[1:])"
+
+
+@pytest.fixture(scope="module")
+def prism_stand_in(tmp_path_factory) -> None:
+    """Checks that the stand-in for Prism (tests/faults/prism.py) reaches a spawned process, and
+    that Beam's DirectRunner tries Prism first: the test below means nothing otherwise."""
+    root = tmp_path_factory.mktemp("prism")
+    (root / "unpinned.py").write_text(_UNPINNED_IN_A_SPAWNED_CHILD)
+    control = subprocess.run([sys.executable, str(root / "unpinned.py")], cwd=REPO, capture_output=True, text=True,
+                             env=fault_env(PRISM_STATE_DIR=str(root)), timeout=300)
+    assert control.returncode == 0, control.stderr
+    assert (root / "tried").exists(), "the stand-in does not reach a spawned process, or Beam no longer tries Prism"
+
+
+@pytest.mark.parametrize("job_start", ["fork", "spawn"])
+def test_the_local_runner_is_pinned_and_never_fetches_prism(prism_stand_in, tmp_path, job_start):
     # Beam's DirectRunner first tries to download and start its Prism binary, and falls back only
-    # when that fails: with network access the run would happen on another runner.
-    from apache_beam.runners.portability import prism_runner
-
-    marker = tmp_path / "prism-was-tried"
-
-    def tried(*args, **kwargs):
-        marker.touch()  # the job runs in a child process: a file tells the test
-        raise RuntimeError("no Prism here")
-
-    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", tried)
+    # when that fails: with network access the run would happen on another runner. The stand-in
+    # for Prism, installed in every process of the run as it starts, records whether it was tried,
+    # in the job whether it is forked or spawned (as it is once the launcher has run JAX).
+    state = tmp_path / "prism"
+    state.mkdir()
     corpus = str(tmp_path / "c.txt")
     write_corpus(corpus, 50, seed=0)
-    manifest = run_prepare([corpus], str(tmp_path / "out"), "--runner=DirectRunner")
-    assert manifest.totals["train"].documents == 50
-    assert not marker.exists()
+    args = ["--input", corpus, "--output", str(tmp_path / "out"), "--runner=DirectRunner"]
+    launch = ["-m", "pipeline", "prepare"] if job_start == "fork" else ["-c", _AFTER_JAX]
+    result = subprocess.run([sys.executable, *launch, *args], cwd=REPO, env=fault_env(PRISM_STATE_DIR=str(state)),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    if job_start == "spawn":
+        interpreters = [name for name in os.listdir(state) if name.startswith("interpreter-")]
+        assert len(interpreters) >= 2, "the job was not started in a fresh interpreter"
+    assert json.loads((tmp_path / "out" / formats.MANIFEST_NAME).read_text())["totals"]["train"]["documents"] == 50
+    assert not (state / "tried").exists(), "the run tried Prism"

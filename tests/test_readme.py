@@ -3,6 +3,7 @@ snippet runs with the `load` extra alone: JAX cannot be imported while it runs."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -49,13 +50,65 @@ def readme_data(tmp_path_factory) -> str:
     return str(root)
 
 
-@pytest.mark.parametrize("index", range(len(python_snippets())))
-def test_a_python_snippet_runs_as_written_without_jax(index, readme_data):
-    script = os.path.join(readme_data, f"snippet_{index}.py")
+# The Load snippet's comments, and after it what checks them: run in the snippet's module, it
+# prints what its names hold.
+LOAD_COMMENTS = (
+    '# {"inputs", "targets"}: int32 [8 / shards, 256]',
+    "# a few integers; set_state(state) resumes exactly",
+    "# int64 [2]: target tokens of the batch per source",
+    '# ("web", "stories"), the order of source_tokens',
+)
+LOAD_PROBE = """
+if __name__ == "__main__":
+    import dataclasses, json
+
+    def leaves(value):
+        return [x for v in value.values() for x in leaves(v)] if isinstance(value, dict) else (
+            [x for v in value for x in leaves(v)] if isinstance(value, list) else [value])
+
+    again = make_iterator(dataclasses.replace(config, worker_count=0))  # any worker count restores
+    first, second = next(again), next(again)
+    again.close()
+    resumed = make_iterator(config)
+    resumed.set_state(state)
+    after = next(resumed)
+    resumed.close()
+    tokens = next(make_iterator(mixed))["source_tokens"]
+    print(json.dumps({
+        "batch": {name: [str(array.dtype), list(array.shape)] for name, array in batch.items()},
+        "deterministic": sorted(first) == sorted(batch) and all((first[k] == batch[k]).all() for k in batch),
+        "state": [type(x).__name__ for x in leaves(state)],
+        "resumed": sorted(after) == sorted(second) and all((after[k] == second[k]).all() for k in second),
+        "source_tokens": [str(tokens.dtype), list(tokens.shape), int(tokens.sum())],
+        "source_names": list(mixed.source_names),
+    }))
+"""
+
+
+def _run(script_text: str, readme_data: str, name: str) -> subprocess.CompletedProcess:
+    script = os.path.join(readme_data, f"{name}.py")
     with open(script, "w") as f:
-        f.write(python_snippets()[index])
+        f.write(script_text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(readme_data, "no_jax"), REPO])}
     result = subprocess.run([sys.executable, script], cwd=readme_data, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    return result
+
+
+@pytest.mark.parametrize("index", range(len(python_snippets())))
+def test_a_python_snippet_runs_as_written_without_jax(index, readme_data):
+    snippet = python_snippets()[index]
+    if "make_iterator" not in snippet:
+        _run(snippet, readme_data, f"snippet_{index}")
+        return
+    # The Load snippet: what its comments say of the batch, the state and the mixture holds.
+    assert all(comment in snippet for comment in LOAD_COMMENTS), "the Load snippet's comments changed: check them here"
+    probed = json.loads(_run(snippet + LOAD_PROBE, readme_data, f"snippet_{index}").stdout.splitlines()[-1])
+    assert probed["batch"] == {"inputs": ["int32", [8, 256]], "targets": ["int32", [8, 256]]}  # one shard: no JAX
+    assert probed["deterministic"]
+    assert probed["state"] and len(probed["state"]) <= 16 and set(probed["state"]) == {"int"}
+    assert probed["resumed"]
+    assert probed["source_tokens"] == ["int64", [2], 8 * 256]
+    assert probed["source_names"] == ["web", "stories"]

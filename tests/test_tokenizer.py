@@ -14,7 +14,7 @@ import tiktoken
 import tiktoken.load
 import tokenizers
 
-from conftest import read_split, run_prepare
+from conftest import read_split, run_prepare, write_jsonl
 from pipeline import tokenization
 from pipeline.tokenization import hf_backend
 from pipeline.tokenization.tiktoken_backend import GPT2_RANKS_SHA256, _bundled_ranks_path, load_encoding
@@ -66,6 +66,27 @@ def test_gpt2_is_tiktokens_gpt2_layout(encoding):
     assert tokenization.tokenizer_info("r50k_base").vocab_sha256 == gpt2.info.vocab_sha256
     flat, lengths = gpt2.encode_documents(VARIED)
     assert _documents(flat, lengths) == _expected(encoding.encode_ordinary, VARIED, None, 50256)
+
+
+# GPT-2's ids as published apart from this project and from tiktoken's table: the docstring of
+# Hugging Face transformers' GPT2Tokenizer (src/transformers/models/gpt2/tokenization_gpt2.py) shows
+# tokenizer("Hello world")["input_ids"] == [15496, 995] and tokenizer(" Hello world")["input_ids"] ==
+# [18435, 995]; GPT-2's end of text, <|endoftext|>, is 50256 (eos_token_id in its config.json).
+PUBLISHED_GPT2 = {"Hello world": [15496, 995], " Hello world": [18435, 995]}
+PUBLISHED_GPT2_EOT = 50256
+
+
+def test_gpt2_gives_the_published_ids_and_prepare_writes_them(tmp_path):
+    gpt2 = tokenization.load_tokenizer("gpt2")
+    texts = list(PUBLISHED_GPT2)
+    flat, lengths = gpt2.encode_documents(texts)
+    assert _documents(flat, lengths) == [PUBLISHED_GPT2[t] + [PUBLISHED_GPT2_EOT] for t in texts]
+    # Through prepare, into the shards (documents in the order the seed shuffles them to).
+    out = str(tmp_path / "out")
+    run_prepare([write_jsonl(str(tmp_path / "hello.jsonl"), texts)], out)
+    tokens = np.concatenate(read_split(out)).tolist()
+    assert tokens in ([*PUBLISHED_GPT2[a], PUBLISHED_GPT2_EOT, *PUBLISHED_GPT2[b], PUBLISHED_GPT2_EOT]
+                      for a, b in (texts, texts[::-1]))
 
 
 def test_hf_tokenizer_equals_the_library_with_end_of_text_after_each_document(bpe):

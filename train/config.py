@@ -8,7 +8,7 @@ import os
 
 from model.config import PRESETS, GPTConfig
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from pipeline.load.loader import PACKINGS, open_sources
+from pipeline.load import PACKINGS, open_sources
 from schemas.errors import SettingError
 from schemas.settings import check, setting
 from train.errors import TrainError, TrainUsageError

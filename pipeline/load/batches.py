@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.cli.commands import HelpFormatter
 from pipeline.load.data_spec import parse_data_spec
-from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
+from pipeline.load import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.errors import RunError
 
