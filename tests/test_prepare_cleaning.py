@@ -69,8 +69,9 @@ def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():
 
 
 def _jaccard(a: str, b: str, n: int = 5) -> float:
-    grams = lambda text: {tuple(text.split()[i : i + n]) for i in range(len(text.split()) - n + 1)}  # noqa: E731
-    return len(grams(a) & grams(b)) / len(grams(a) | grams(b))
+    """The Jaccard similarity of two texts' sets of word `n`-grams."""
+    x, y = ({tuple(words[i : i + n]) for i in range(len(words) - n + 1)} for words in (a.split(), b.split()))
+    return len(x & y) / len(x | y)
 
 
 def test_minhash_agreement_estimates_jaccard():
@@ -251,12 +252,6 @@ def test_near_duplicates_of_cut_documents_are_found(tmp_path):
     assert manifest.counts["cut_documents"] == 3
     assert manifest.removed == {NEAR: 1}
     assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(3, 1)]
-
-
-def _jaccard(a: str, b: str, n: int) -> float:
-    """The Jaccard similarity of two texts' sets of word `n`-grams."""
-    x, y = ({tuple(words[i : i + n]) for i in range(len(words) - n + 1)} for words in (a.split(), b.split()))
-    return len(x & y) / len(x | y)
 
 
 def _found(similarity: float, bands: int, rows: int) -> float:

@@ -65,7 +65,7 @@ def test_config_checks_values():
     # A copy with a field changed is checked as a new config is.
     with pytest.raises(ValueError, match="unit_bytes"):
         dataclasses.replace(PrepareConfig(), unit_bytes=4095)
-    with pytest.raises(ValueError, match="near_bands x near_rows"):
+    with pytest.raises(ValueError, match="near_bands times near_rows"):
         dataclasses.replace(PrepareConfig(), near_bands=1, near_rows=1025)
     # The bounds themselves are allowed.
     PrepareConfig(validation_fraction=0.0, unit_bytes=4096, record_tokens=16, max_document_bytes=1024,
