@@ -13,8 +13,8 @@ sys.path[:0] = [REPO, os.path.dirname(os.path.abspath(__file__))]
 
 from support.runs import run_prepare  # noqa: E402
 
-# Fixtures of the hub stand-in and the clean worker environment.
-pytest_plugins = ("support.hub_standin", "support.worker_venv")
+# Fixtures of the hub stand-in, the clean worker environment and the two-source mixture.
+pytest_plugins = ("support.hub_standin", "support.worker_venv", "support.batches")
 
 
 @pytest.fixture(scope="session", autouse=True)

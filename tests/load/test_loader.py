@@ -11,6 +11,7 @@ import sys
 import grain
 import numpy as np
 import pytest
+from support.batches import assert_same, take
 from support.runs import REPO
 from support.runs import read_split as read_records
 from support.synthetic import EOT_ID, unique_documents, write_prepared
@@ -38,19 +39,6 @@ def prepared(tmp_path_factory) -> str:
 def config(data_dir: str, **overrides) -> LoaderConfig:
     base = dict(seq_len=32, global_batch_size=4, shard_index=0, shard_count=1)
     return LoaderConfig(data_dir, **{**base, **overrides})
-
-
-def take(iterator, n: int) -> list[dict[str, np.ndarray]]:
-    return [next(iterator) for _ in range(n)]
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for name in x:
-            assert x[name].dtype == y[name].dtype, name
-            np.testing.assert_array_equal(x[name], y[name])
 
 
 def split_stream(data_dir: str) -> np.ndarray:

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 from support.synthetic import EOT_ID, unique_documents, write_prepared
-from test_loader import take
+from support.batches import take
 
 from pipeline.load import LoaderConfig, make_iterator, open_prepared
 from pipeline.load.errors import LoaderError

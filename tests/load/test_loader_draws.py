@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.synthetic import EOT_ID, unique_documents, write_prepared
-from test_loader_mixture import mixture, owners, sources  # noqa: F401 (a fixture)
+from support.batches import mixture, owners
 
 from pipeline.load import LoaderConfig, make_dataset, make_iterator
 from pipeline.load.blending import next_source

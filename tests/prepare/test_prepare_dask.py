@@ -12,7 +12,7 @@ import pytest
 from support.corpora import write_jsonl
 from support.fault_runs import kill_prepare_when
 from support.runs import files_in_place, run_outputs, run_prepare
-from test_prepare_failures import cli, one_line_error
+from support.runs import cli, one_line_error
 
 from pipeline.corpus import write_corpus
 from pipeline.prepare import launcher

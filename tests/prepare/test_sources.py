@@ -10,6 +10,7 @@ import random
 
 import pytest
 from support.corpora import write_parquet
+from support.reading import config, read_all
 
 from pipeline.dataset.storage import FileInfo
 from pipeline.prepare.read import SOURCES
@@ -27,40 +28,12 @@ SEP = "<|endoftext|>"
 LINES = ["Once upon a time.", SEP, f"  {SEP}  ", f"{SEP}\r", f"a {SEP} inside", "", "The end é.", "x" * 50, " "]
 
 
-def read_all(path: str, fmt: str, config: PrepareConfig) -> tuple[list, Tally, list[str]]:
-    """Every unit of the file read in turn: documents (pieces of one document joined), the tally,
-    and the units' digests."""
-    size = os.path.getsize(path)
-    source = SOURCES[fmt]
-    documents, tally, digests = [], Tally(), []
-    for i, (start, end) in enumerate(source.plan(path, FileInfo(size, "v"), config)):
-        digest = ContentDigest()
-        for read in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest, located=True):
-            if isinstance(read, DocumentPiece):
-                assert len(read.text.encode()) <= config.max_document_bytes
-                if read.first:
-                    documents.append([])
-                documents[-1].append(read.text)
-            else:
-                assert len(read.texts) == len(read.locations)
-                documents += read.texts
-        digests.append(digest.hexdigest())
-    return ["".join(d) if isinstance(d, list) else d for d in documents], tally, digests
-
-
 def whole_file_documents(data: bytes) -> tuple[list[str], int]:
     """The documents of a text file split whole, and how many blank ones it holds."""
     pieces = separator_regex(SEP).split(b"\n" + data.removeprefix(b"\xef\xbb\xbf") + b"\n")
     last = pieces.pop().decode("utf-8", "replace").strip()
     texts = [p.decode("utf-8", "replace").strip() for p in pieces]
     return [t for t in texts if t] + ([last] if last else []), sum(1 for t in texts if not t)
-
-
-def config(unit_bytes: int, max_document_bytes: int = 2**20) -> PrepareConfig:
-    # Below the config's own minimum, to cut a small file into many units.
-    cfg = PrepareConfig(max_document_bytes=max_document_bytes)
-    object.__setattr__(cfg, "unit_bytes", unit_bytes)
-    return cfg
 
 
 @pytest.mark.parametrize("seed", range(4))

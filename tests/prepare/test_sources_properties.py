@@ -23,7 +23,7 @@ import zstandard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from support.runs import decoded_documents, run_prepare
-from test_sources import config, read_all
+from support.reading import config, read_all
 
 from pipeline.prepare.launcher import PrepareError
 from pipeline.prepare.read.base import BOM, separator_regex
