@@ -8,7 +8,6 @@ every shard and cached by shard hash, so the training run that follows finds it 
 from __future__ import annotations
 
 import argparse
-import sys
 import unicodedata
 
 import numpy as np
@@ -19,14 +18,15 @@ from pipeline.dataset.manifest_io import read_manifest, read_records
 from pipeline.tokenization import TokenizerError
 from pipeline.tokenization.dataset_copy import load_copy
 from schemas import formats
-from schemas.manifest import Manifest, ManifestError
+from schemas.errors import RunError, SettingError
+from schemas.manifest import Manifest
 
 PERCENTILES = (1, 10, 50, 90, 99)
 # Bidirectional overrides and isolates reorder the text a terminal shows after them.
 _BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
 
 
-class InspectError(RuntimeError):
+class InspectError(RunError, RuntimeError):
     """An expected failure, reported in one line."""
 
 
@@ -61,20 +61,16 @@ def length_summary(lengths: np.ndarray) -> str:
 
 
 def _split_lengths(data_dir: str, manifest: Manifest, split: str):
-    """The split's lengths index; an InspectError naming the shard where one is missing or damaged
-    (the index checks every shard it reads against the manifest)."""
+    """The split's lengths index, which checks every shard it reads against the manifest: a
+    missing or damaged shard is a LoaderError (a run error) naming it."""
     try:
-        from pipeline.load.errors import LoaderError
         from pipeline.load.lengths import SplitLengths
     except ImportError as e:
         raise InspectError(
             f"document statistics read the loader's lengths index, which needs the load extra ({e.name} is "
             "missing): pip install 'tokshards[load]'"
         ) from None
-    try:
-        return SplitLengths.of(data_dir, manifest, split)
-    except LoaderError as e:
-        raise InspectError(str(e)) from None
+    return SplitLengths.of(data_dir, manifest, split)
 
 
 def _plot(lengths: np.ndarray, path: str, title: str) -> None:
@@ -174,12 +170,9 @@ def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
-    try:
-        manifest = read_manifest(args.data_dir)
-    except ManifestError as e:
-        raise InspectError(str(e)) from None
+    manifest = read_manifest(args.data_dir)
     if args.split not in manifest.totals:
-        raise InspectError(f"no split {args.split!r} (splits: {sorted(manifest.totals)})")
+        raise SettingError("split", args.split, f"must name a split of {args.data_dir}: {sorted(manifest.totals)}")
     lengths = _split_lengths(args.data_dir, manifest, args.split)
     print("\n".join(describe(manifest)))
     every = np.concatenate(lengths.docs) if lengths.docs else np.zeros(0, np.uint32)
@@ -198,9 +191,5 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "tokshards inspect") -> int:
-    try:
-        run(parser(prog).parse_args(argv))
-    except InspectError as e:
-        print(f"inspect: error: {e}", file=sys.stderr)
-        return 2
+    run(parser(prog).parse_args(argv))
     return 0

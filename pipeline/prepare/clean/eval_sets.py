@@ -30,14 +30,15 @@ from pipeline.prepare.clean.fingerprints import ngram_hashes, word_hashes, words
 from pipeline.prepare.read.base import BOM, ContentDigest, SourceError, split_at_separator_lines
 from pipeline.prepare.read.columnar import parquet_rows
 from pipeline.prepare.read.jsonl import compression_of, file_chunks, file_lines
-from schemas.manifest import DEFAULT_MAX_DOCUMENT_BYTES
+from schemas.errors import RunError
+from schemas.prepare_config import DEFAULT_MAX_DOCUMENT_BYTES
 
 _CHUNK = 4 * 2**20
 # A JSON Lines line this long is refused unparsed, as an input's is at the default --max-document-bytes.
 _LINE_LIMIT = 4 * DEFAULT_MAX_DOCUMENT_BYTES
 
 
-class EvalSetError(ValueError):
+class EvalSetError(RunError, ValueError):
     """An eval file that cannot be read as one; the message names it and the fix."""
 
 
