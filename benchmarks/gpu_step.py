@@ -213,7 +213,7 @@ def check_attention(config: GPTConfig, seq_len: int) -> None:
         q, k, v, g = (jax.random.normal(key, (2, seq_len, config.num_heads, head)).astype(jnp.bfloat16) for key in keys)
         segments = jnp.asarray(_documents(np.random.default_rng(1), 2, seq_len)["segment_ids"]) if documents else None
 
-        def loss(f, q, k, v):
+        def loss(f, q, k, v, segments=segments, g=g):
             return (f(q, k, v, segments).astype(jnp.float32) * g.astype(jnp.float32)).sum()
 
         ours = jax.jit(jax.value_and_grad(lambda *a: loss(causal_attention, *a), argnums=(0, 1, 2)))(q, k, v)

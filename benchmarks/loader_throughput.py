@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     for r in range(args.rounds):
                         # The reference is measured right before the reader: the machine's load drifts.
                         baseline = timed(memmap, args.seconds, warmup=0.5)
-                        rate = timed(lambda: next(iterator)["inputs"].size, args.seconds, warmup=2.0 if r == 0 else 1.0)
+                        rate = timed(lambda iterator=iterator: next(iterator)["inputs"].size, args.seconds, warmup=2.0 if r == 0 else 1.0)
                         rounds.append((rate / baseline, rate, baseline))
                     iterator.close()
                     ratio, rate, baseline = sorted(rounds)[len(rounds) // 2]

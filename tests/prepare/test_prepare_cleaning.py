@@ -101,8 +101,12 @@ def test_exact_duplicates_across_inputs_and_units_keep_the_first(tmp_path, encod
     assert manifest.num_units > 4
     assert manifest.removed == {EXACT: len(exact)}
     text_lines = _text_lines(docs[:cut])
-    where = lambda i: {"path": first, "line": text_lines[i]} if i < cut else {"path": second, "line": i - cut + 1}  # noqa: E731
-    with_id = lambda i: {**where(i), "id": i - cut} if i >= cut else where(i)  # noqa: E731
+    def where(i: int) -> dict:
+        return {"path": first, "line": text_lines[i]} if i < cut else {"path": second, "line": i - cut + 1}
+
+    def with_id(i: int) -> dict:
+        return {**where(i), "id": i - cut} if i >= cut else where(i)
+
     assert _removals(out) == [{"reason": EXACT, **with_id(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())]
     kept = [d for i, d in enumerate(docs) if i not in exact]
     assert sorted(decoded_documents(out, encoding)) == sorted(t.strip("\n") for t in kept)

@@ -127,7 +127,7 @@ def test_jsonl(profile):
         bom = data.draw(st.booleans())
         limit = 4 * MAX_DOCUMENT_BYTES  # longer lines are refused unparsed
         lines, expected, skipped, blank = [], [], collections.Counter(), 0
-        for i, doc in enumerate(docs):
+        for doc in docs:
             if data.draw(st.integers(0, 5)) == 0:
                 lines.append(data.draw(st.sampled_from([b"\n", b"  \n", b"\r\n"])))
                 blank += 1

@@ -156,7 +156,7 @@ def test_two_processes_train_one_model_from_their_own_parts(stories_dataset, tmp
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
+    for p, (_, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-3000:]
     digests = [next(line.split()[-1] for line in out.splitlines() if "params sha256" in line) for out, _ in outputs]
     assert digests[0] == digests[1]

@@ -71,7 +71,7 @@ def test_a_process_feeds_one_aligned_run_of_rows(indices, count, rows):
 
 def test_scattered_positions_are_refused():
     with pytest.raises(ValueError, match="not one aligned run"):
-        HostShards((1, 2), 4).rows
+        _ = HostShards((1, 2), 4).rows
 
 
 def test_the_batch_digest_does_not_depend_on_which_process_held_which_rows():

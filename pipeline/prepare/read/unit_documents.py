@@ -43,5 +43,8 @@ def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]
         else:
             kept = [i for i in range(len(read.texts)) if first + i not in removed]
             if kept:
-                pick = lambda values: None if values is None else [values[i] for i in kept]  # noqa: E731
-                yield DocumentRun(pick(read.texts), pick(read.locations), pick(read.ids))
+                yield DocumentRun(*(_picked(v, kept) for v in (read.texts, read.locations, read.ids)))
+
+
+def _picked(values: list | None, kept: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in kept]
