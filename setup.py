@@ -56,7 +56,13 @@ GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
 # `wheel`: the tests build the sdist into a wheel without a package index (tests/support/worker_venv.py).
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100", "wheel>=0.40"]
+TEST = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "gcp-storage-emulator",
+    "hypothesis>=6.100",
+    "wheel>=0.40",
+]
 
 setup(
     name="tokshards",

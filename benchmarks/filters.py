@@ -55,8 +55,20 @@ def prepare(corpus: str, output: str, *flags: str) -> tuple[float, dict]:
     shutil.rmtree(output, ignore_errors=True)
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, *flags],
-        cwd=REPO, check=True, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "prepare",
+            "--input",
+            corpus,
+            "--output",
+            output,
+            *flags,
+        ],
+        cwd=REPO,
+        check=True,
+        stderr=subprocess.DEVNULL,
     )
     seconds = time.perf_counter() - started
     with open(os.path.join(output, "run_info.json")) as f:
@@ -67,7 +79,9 @@ def prepare(corpus: str, output: str, *flags: str) -> tuple[float, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--megabytes", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/filters_bench")
@@ -76,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.workdir, exist_ok=True)
     path = os.path.join(args.workdir, "web.jsonl")
     documents = make_corpus(path, args.megabytes)
-    print(f"corpus: {os.path.getsize(path) / 2**20:.1f} MiB, {documents} documents; {os.cpu_count()} cores, "
-          f"best of {args.rounds} rounds")
+    print(
+        f"corpus: {os.path.getsize(path) / 2**20:.1f} MiB, {documents} documents; {os.cpu_count()} cores, "
+        f"best of {args.rounds} rounds"
+    )
     out = os.path.join(args.workdir, "out")
     best: dict[str, float] = {}
     found: dict[str, dict] = {}
@@ -89,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         if name == "plain":
             print(f"plain: {best[name]:.1f} s")
             continue
-        print(f"{name}: {best[name]:.1f} s, x{best[name] / best['plain']:.2f} of plain (cleaning job "
-              f"{found[name]['cleaning_seconds']:.1f} s); removed {found[name]['removed']} of {documents} documents")
+        print(
+            f"{name}: {best[name]:.1f} s, x{best[name] / best['plain']:.2f} of plain (cleaning job "
+            f"{found[name]['cleaning_seconds']:.1f} s); removed {found[name]['removed']} of {documents} documents"
+        )
     ratio = best["all four"] / best["plain"]
     met = ratio <= GOAL
-    print(f"all four filters add {100 * (ratio - 1):.0f}% to plain prepare (goal: at most {100 * (GOAL - 1):.0f}%)"
-          + ("" if met else ": below goal"))
+    print(
+        f"all four filters add {100 * (ratio - 1):.0f}% to plain prepare (goal: at most {100 * (GOAL - 1):.0f}%)"
+        + ("" if met else ": below goal")
+    )
     return 1 if args.check and not met else 0
 
 

@@ -84,7 +84,13 @@ def separator_free(workdir: str, megabytes: int, data: bytes) -> str:
 
 
 def planning(paths: list[str]) -> dict:
-    result = subprocess.run([sys.executable, "-c", _MEASURE, *paths], cwd=REPO, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *paths],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout)
 
 
@@ -99,20 +105,30 @@ def hashing_seconds(paths: list[str]) -> float:
 def prepare_peak_rss(path: str, output: str) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", "prepare", "--input", path, "--output", output],
-                   cwd=REPO, check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", "prepare", "--input", path, "--output", output],
+        cwd=REPO,
+        check=True,
+        stderr=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - start
     with open(os.path.join(output, "run_info.json")) as f:
         info = json.load(f)
     with open(os.path.join(output, "manifest.json")) as f:
         manifest = json.load(f)
-    return {"seconds": seconds, "worker_rss": info["workers_peak_rss_bytes"],
-            "launcher_rss": info["launcher_peak_rss_bytes"], "counts": manifest["counts"],
-            "tokens": sum(t["tokens"] for t in manifest["totals"].values())}
+    return {
+        "seconds": seconds,
+        "worker_rss": info["workers_peak_rss_bytes"],
+        "launcher_rss": info["launcher_peak_rss_bytes"],
+        "counts": manifest["counts"],
+        "tokens": sum(t["tokens"] for t in manifest["totals"].values()),
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--megabytes", type=int, default=400)
     parser.add_argument("--separator-free-megabytes", type=int, default=1024)
     parser.add_argument("--workdir", default="/tmp/planning_bench")
@@ -120,24 +136,33 @@ def main() -> int:
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     data = block(args.workdir)
-    layouts = {f"{n} files": write_files(os.path.join(args.workdir, f"x{n}"), n, args.megabytes, data) for n in (1, 10, 100)}
+    layouts = {
+        f"{n} files": write_files(os.path.join(args.workdir, f"x{n}"), n, args.megabytes, data)
+        for n in (1, 10, 100)
+    }
     flat = separator_free(args.workdir, args.separator_free_megabytes, data)
     layouts["1 separator-free file"] = [flat]
 
     failures = []
-    print(f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} {'read share':>11} {'sha256 pass s':>14}")
+    print(
+        f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} {'read share':>11} {'sha256 pass s':>14}"
+    )
     for name, paths in layouts.items():
         size = sum(os.path.getsize(p) for p in paths)
         measured = planning(paths)
         share = measured["bytes_read"] / size
-        print(f"{name:24} {size / 2**20:>7.0f} {measured['units']:>6} {measured['seconds']:>11.3f} "
-              f"{measured['bytes_read'] / 2**20:>9.2f} {share:>10.3%} {hashing_seconds(paths):>14.2f}")
+        print(
+            f"{name:24} {size / 2**20:>7.0f} {measured['units']:>6} {measured['seconds']:>11.3f} "
+            f"{measured['bytes_read'] / 2**20:>9.2f} {share:>10.3%} {hashing_seconds(paths):>14.2f}"
+        )
         if share >= MAX_READ_FRACTION:
             failures.append(f"planning {name} read {share:.1%} of the input")
     run = prepare_peak_rss(flat, os.path.join(args.workdir, "separator_free_out"))
-    print(f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in {run['seconds']:.1f} s; "
-          f"peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} MiB, of the launcher "
-          f"{run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}")
+    print(
+        f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in {run['seconds']:.1f} s; "
+        f"peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} MiB, of the launcher "
+        f"{run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}"
+    )
     if run["worker_rss"] >= MAX_WORKER_RSS:
         failures.append(f"a worker's peak RSS was {run['worker_rss'] / 2**30:.2f} GiB")
     for failure in failures:

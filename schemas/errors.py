@@ -61,7 +61,11 @@ class SettingError(UsageError, ValueError):
 
     def __reduce__(self):
         # Rebuilt from its parts, as worker processes send errors back pickled.
-        return functools.partial(type(self), **self.others), (self.setting, self.value, self.reason), self.__dict__
+        return (
+            functools.partial(type(self), **self.others),
+            (self.setting, self.value, self.reason),
+            self.__dict__,
+        )
 
     @property
     def values(self) -> dict[str, Any]:
@@ -73,10 +77,20 @@ class SettingError(UsageError, ValueError):
         fault has one there, else as the code names them."""
         as_flags = self.setting in flags
         named = {name: flags.get(name, name) if as_flags else name for name in self.values}
-        reason = self.reason.format(**{name: named[name] for name in self.others}) if self.others else self.reason
+        reason = (
+            self.reason.format(**{name: named[name] for name in self.others})
+            if self.others
+            else self.reason
+        )
         said = f"{named[self.setting]} {reason}"
         if not as_flags:
-            return f"{said} (got " + ", ".join(f"{name}={value!r}" for name, value in self.values.items()) + ")"
+            return (
+                f"{said} (got "
+                + ", ".join(f"{name}={value!r}" for name, value in self.values.items())
+                + ")"
+            )
         if not self.others:
             return f"{said}, got {self.value!r}"
-        return f"{said}, got " + ", ".join(f"{named[name]} {value!r}" for name, value in self.values.items())
+        return f"{said}, got " + ", ".join(
+            f"{named[name]} {value!r}" for name, value in self.values.items()
+        )

@@ -55,7 +55,9 @@ class TokenizerCopy:
 
     def __post_init__(self) -> None:
         if self.load_as not in self.files:
-            raise ValueError(f"the tokenizer copy's load_as {self.load_as!r} is not one of its files {sorted(self.files)}")
+            raise ValueError(
+                f"the tokenizer copy's load_as {self.load_as!r} is not one of its files {sorted(self.files)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +158,9 @@ class Manifest:
             hub_revisions=dict(data["hub_revisions"]),
             removed=dict(data.get("removed", {})),
             eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
-            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
+            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"])
+            if data.get("tokenizer_copy")
+            else None,
             format=data["format"],
             version=data["version"],
         )

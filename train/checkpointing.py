@@ -42,7 +42,9 @@ class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
             return super().restore(directory, item=item)
         saved = sorted(directory.glob("process_0-of-*.json"))
         if not saved:
-            raise TrainError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+            raise TrainError(
+                f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete"
+            )
         item.set_state(json.loads(saved[0].read_text()))
         return item
 
@@ -85,7 +87,9 @@ class Checkpointer:
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
 
-    def save(self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict) -> float:
+    def save(
+        self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict
+    ) -> float:
         """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
         the feed; returns the seconds spent waiting for the previous save to finish writing."""
         began = time.perf_counter()
@@ -105,7 +109,9 @@ class Checkpointer:
         """The saved state, on the shardings of `state` (a freshly built one), and the saved feed; the
         iterator is moved to the saved position. Refuses a checkpoint of other `data` (source name ->
         manifest digest): its position would index another stream of records."""
-        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
+        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))[
+            "feed"
+        ]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
                 raise TrainError(
@@ -119,7 +125,9 @@ class Checkpointer:
         """The model's weights alone: the optimizer state is neither built nor read."""
         target = {"model": nnx.state(model)}
         args = ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+            item=target,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True,
         )
         restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
         nnx.update(model, restored["state"]["model"])

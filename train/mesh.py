@@ -23,7 +23,11 @@ def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
     for part in text.split(","):
         name, _, size = part.partition("=")
         if name.strip() not in (DATA, MODEL) or not size.strip().isdigit():
-            raise SettingError("mesh", text, "must be AXIS=SIZE pairs of the axes data and model, e.g. 'data=4,model=2'")
+            raise SettingError(
+                "mesh",
+                text,
+                "must be AXIS=SIZE pairs of the axes data and model, e.g. 'data=4,model=2'",
+            )
         axes.append((name.strip(), int(size)))
     return tuple(axes)
 
@@ -35,7 +39,11 @@ def make_mesh(axes: tuple[tuple[str, int], ...] = ()) -> jax.sharding.Mesh:
     model = sizes.get(MODEL, 1)
     data = sizes.get(DATA, devices // model)
     if data * model != devices:
-        raise SettingError("mesh", f"data={data},model={model}", f"needs {data * model} devices, and there are {devices}")
+        raise SettingError(
+            "mesh",
+            f"data={data},model={model}",
+            f"needs {data * model} devices, and there are {devices}",
+        )
     return jax.make_mesh((data, model), (DATA, MODEL), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
@@ -56,7 +64,9 @@ class HostShards:
         if not self.indices or list(self.indices) != sorted(set(self.indices)):
             raise ValueError(f"shard indices must be distinct and in order (got {self.indices=})")
         if not 0 <= self.indices[0] <= self.indices[-1] < self.count:
-            raise ValueError(f"shard indices must be in [0, count) (got {self.indices=}, {self.count=})")
+            raise ValueError(
+                f"shard indices must be in [0, count) (got {self.indices=}, {self.count=})"
+            )
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -99,7 +109,9 @@ def host_shards(mesh: jax.sharding.Mesh) -> HostShards:
     return HostShards(positions[jax.process_index()], mesh.shape[DATA])
 
 
-def global_batch(host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+def global_batch(
+    host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh
+) -> dict[str, jax.Array]:
     """Stitches every process's rows into one array sharded over `data` along the batch.
 
     The global shape is given, not inferred: processes sharing a shard each hold all of its rows.
@@ -112,7 +124,6 @@ def global_batch(host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> 
         )
         for k, v in host_batch.items()
     }
-
 
 
 def one_row_per_device(row: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:

@@ -15,8 +15,8 @@ import os
 from etils import epath
 
 from pipeline.tokenization import Tokenizer, load_tokenizer
-from pipeline.tokenization.dataset_copy import copy_spec
 from pipeline.tokenization.boundaries import NO_BOS
+from pipeline.tokenization.dataset_copy import copy_spec
 from schemas.manifest import Manifest, TokenizerInfo
 from train.errors import TrainError
 
@@ -35,7 +35,9 @@ class RunTokenizer:
 
     def __post_init__(self) -> None:
         if not self.load_as:
-            raise ValueError("a run's tokenizer needs the name or path to load it by (got an empty load_as)")
+            raise ValueError(
+                "a run's tokenizer needs the name or path to load it by (got an empty load_as)"
+            )
 
     @classmethod
     def of(cls, manifest: Manifest, data_dir: str) -> RunTokenizer:
@@ -51,8 +53,11 @@ class RunTokenizer:
     def load(self, workdir: str) -> Tokenizer:
         """The tokenizer, checked against the saved identity."""
         path = os.path.join(workdir, self.load_as)
-        tokenizer = load_tokenizer(path if os.path.exists(path) else self.load_as,
-                                   bos_token=self.bos_token, eos_token=self.eos_token)
+        tokenizer = load_tokenizer(
+            path if os.path.exists(path) else self.load_as,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
         found = tokenizer.info.vocab_sha256
         if found != self.info.vocab_sha256:
             raise TrainError(
@@ -115,5 +120,7 @@ def load_run_tokenizer(workdir: str) -> tuple[Tokenizer, TokenizerInfo]:
     """The run's tokenizer, checked against the saved identity."""
     saved = read_run_tokenizer(workdir)
     if saved is None:
-        raise TrainError(f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)")
+        raise TrainError(
+            f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)"
+        )
     return saved.load(workdir), saved.info

@@ -133,9 +133,10 @@ def publish(local_file: str, path: str) -> None:
         _fsync(os.path.dirname(os.path.abspath(path)))
         return
     temporary = _temporary_name(path)
-    with open(local_file, "rb") as src, FileSystems.create(
-        temporary, compression_type=CompressionTypes.UNCOMPRESSED
-    ) as dst:
+    with (
+        open(local_file, "rb") as src,
+        FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as dst,
+    ):
         shutil.copyfileobj(src, dst, _COPY_CHUNK)
     FileSystems.rename([temporary], [path])
     os.remove(local_file)
@@ -258,7 +259,9 @@ def list_files(directory: str, suffix: str = "") -> list[str]:
     if is_local(directory):
         if not os.path.isdir(directory):
             return []
-        names = sorted(n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith("."))
+        names = sorted(
+            n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith(".")
+        )
         return [os.path.join(directory, n) for n in names]
     pattern = join(escape_glob(directory), f"*{escape_glob(suffix)}")
     return [p for p in glob(pattern) if not os.path.basename(p).startswith(".")]

@@ -30,7 +30,9 @@ class ConcatWindows:
     on into the next epoch, so draw `d` is allowed while it starts before the end of the last epoch.
     """
 
-    def __init__(self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None):
+    def __init__(
+        self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None
+    ):
         self._lengths = lengths
         self.tokens = int(lengths.offsets()[1][-1])
         self.width = seq_len + 1
@@ -54,7 +56,9 @@ class ConcatWindows:
             drawn = start + stop
         return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def pieces(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def pieces(
+        self, first: int, count: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each run of the windows of draws [first, first + count) that lies in one record, as arrays
         (draw - first, record, token offset in it, tokens), in draw order, each window's in order.
         Raises EndOfData if a window reaches past the last epoch asked for."""
@@ -86,7 +90,8 @@ class ConcatWindows:
         """Each epoch's rotation, kept for the epochs of the last call (the windows of a few steps
         lie in one epoch or two)."""
         self._rotations = {
-            epoch: self._rotations.get(epoch) or rotation(self.tokens, seed=self._seed, source=self._source, epoch=epoch)
+            epoch: self._rotations.get(epoch)
+            or rotation(self.tokens, seed=self._seed, source=self._source, epoch=epoch)
             for epoch in np.unique(epochs).tolist()
         }
         if len(self._rotations) == 1:

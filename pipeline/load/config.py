@@ -53,13 +53,17 @@ class LoaderConfig:
         if self.seq_len < 1:
             raise LoaderSettingError("seq_len", self.seq_len, "must be at least 1")
         if self.global_batch_size < 1:
-            raise LoaderSettingError("global_batch_size", self.global_batch_size, "must be at least 1")
+            raise LoaderSettingError(
+                "global_batch_size", self.global_batch_size, "must be at least 1"
+            )
         if self.seed < 0:
             raise LoaderSettingError("seed", self.seed, "must be at least 0")
         if self.packing not in PACKINGS:
             raise LoaderSettingError("packing", self.packing, f"must be one of {PACKINGS}")
         if self.num_epochs is not None and self.num_epochs < 1:
-            raise LoaderSettingError("num_epochs", self.num_epochs, "must be at least 1, or None to repeat")
+            raise LoaderSettingError(
+                "num_epochs", self.num_epochs, "must be at least 1, or None to repeat"
+            )
         if self.worker_count < 0:
             raise LoaderSettingError("worker_count", self.worker_count, "must be at least 0")
         if self.shard_count is not None and self.shard_count < 1:
@@ -90,7 +94,9 @@ def resolve_shard(shard_index: int | None, shard_count: int | None) -> tuple[int
         shard_index = (jax.process_index() if jax else 0) if shard_index is None else shard_index
         shard_count = (jax.process_count() if jax else 1) if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
-        raise LoaderError(f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})")
+        raise LoaderError(
+            f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})"
+        )
     return shard_index, shard_count
 
 

@@ -83,7 +83,9 @@ class HostBatchIterDataset(grain.IterDataset):
         self._source_count = sources
 
     def __iter__(self) -> grain.DatasetIterator:
-        return _HostBatchIterator(self._host, worker_count=self._worker_count, start=Position.start(self._source_count))
+        return _HostBatchIterator(
+            self._host, worker_count=self._worker_count, start=Position.start(self._source_count)
+        )
 
     def __str__(self) -> str:
         return f"HostBatchIterDataset(worker_count={self._worker_count})"

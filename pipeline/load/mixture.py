@@ -15,7 +15,13 @@ from schemas.manifest import Manifest, TokenizerInfo
 def _tokenizer_key(tokenizer: TokenizerInfo) -> tuple:
     """What the ids mean, whatever the backend: the identity hash and the boundary ids (the name may
     differ for one table, as `gpt2` and `r50k_base` do)."""
-    return tokenizer.library, tokenizer.vocab_sha256, tokenizer.n_vocab, tokenizer.eot_id, tokenizer.bos_id
+    return (
+        tokenizer.library,
+        tokenizer.vocab_sha256,
+        tokenizer.n_vocab,
+        tokenizer.eot_id,
+        tokenizer.bos_id,
+    )
 
 
 def _describe(tokenizer: TokenizerInfo) -> str:

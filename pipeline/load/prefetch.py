@@ -11,9 +11,15 @@ _MIN_SHARED_BYTES = 2**16
 
 def in_workers(ds: grain.IterDataset, worker_count: int) -> grain.IterDataset:
     """`ds`, its elements made in `worker_count` processes, each taking every `worker_count`-th."""
-    ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=_MIN_SHARED_BYTES))
+    ds = grain.experimental.WithOptionsIterDataset(
+        ds, grain.experimental.DatasetOptions(min_shm_size=_MIN_SHARED_BYTES)
+    )
     _allow_unparsed_absl_flags()
-    return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count, per_worker_buffer_size=_WORKER_BUFFER))
+    return ds.mp_prefetch(
+        grain.MultiprocessingOptions(
+            num_workers=worker_count, per_worker_buffer_size=_WORKER_BUFFER
+        )
+    )
 
 
 def _allow_unparsed_absl_flags() -> None:

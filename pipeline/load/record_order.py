@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.splitmix import splitmix64
 
+
 class EndOfData(Exception):
     """The plan needs a unit of an epoch past the last one asked for."""
 
@@ -41,7 +42,9 @@ def _round_keys(seed: int, source: int, epoch: int) -> list[np.uint64]:
     return keys
 
 
-def permuted(positions: np.ndarray, records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+def permuted(
+    positions: np.ndarray, records: int, *, seed: int, source: int, epoch: int
+) -> np.ndarray:
     """The records (int64) read at `positions` of epoch `epoch` of source `source`."""
     if records < 1:
         raise ValueError(f"a source has no records to order (records={records})")
@@ -66,7 +69,9 @@ def permuted(positions: np.ndarray, records: int, *, seed: int, source: int, epo
 
 def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
     """The whole order of epoch `epoch` of source `source`: the records in the order it reads them."""
-    return permuted(np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch)
+    return permuted(
+        np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch
+    )
 
 
 def rotation(size: int, *, seed: int, source: int, epoch: int) -> int:
@@ -86,7 +91,9 @@ class EpochOrder:
         self._records = records
         self._seed = seed
         self._source = source
-        self._block: tuple[int, int, int, np.ndarray] | None = None  # (epoch, first position, size, its records)
+        self._block: tuple[int, int, int, np.ndarray] | None = (
+            None  # (epoch, first position, size, its records)
+        )
 
     def records(self, epoch: int, start: int, stop: int, size: int | None = None) -> np.ndarray:
         size = self._records if size is None else size
@@ -100,4 +107,10 @@ class EpochOrder:
             end = min(stop, first + BLOCK)
             parts.append(self._block[3][start - first : end - first])
             start = end
-        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+        return (
+            parts[0]
+            if len(parts) == 1
+            else np.concatenate(parts)
+            if parts
+            else np.empty(0, np.int64)
+        )

@@ -23,7 +23,9 @@ from pipeline.tokenization.specs import Tokenizer, is_path_spec, load_tokenizer
 from schemas import formats
 from schemas.manifest import Manifest, TokenizerCopy
 
-ReadFile = Callable[[str], bytes]  # a path in the directory -> its bytes; FileNotFoundError if absent
+ReadFile = Callable[
+    [str], bytes
+]  # a path in the directory -> its bytes; FileNotFoundError if absent
 
 
 def save_copy(tokenizer: Tokenizer, write: Callable[[str, bytes], None]) -> TokenizerCopy | None:
@@ -40,7 +42,9 @@ def save_copy(tokenizer: Tokenizer, write: Callable[[str, bytes], None]) -> Toke
             relative = f"{formats.TOKENIZER_COPY_DIR}/{name}"
             write(relative, data)
             files[relative] = hashlib.sha256(data).hexdigest()
-    return TokenizerCopy(load_as=f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(load_as)}", files=files)
+    return TokenizerCopy(
+        load_as=f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(load_as)}", files=files
+    )
 
 
 def _checked(data_dir: str, copy: TokenizerCopy, read: ReadFile) -> dict[str, bytes]:
@@ -104,7 +108,9 @@ def load_copy(data_dir: str, manifest: Manifest, read: ReadFile) -> Tokenizer:
     """The directory's tokenizer with the boundary rule it was prepared with, checked to give the
     manifest's ids."""
     config = manifest.config
-    tokenizer = load_tokenizer(copy_spec(data_dir, manifest, read), bos_token=config.bos_token, eos_token=config.eos_token)
+    tokenizer = load_tokenizer(
+        copy_spec(data_dir, manifest, read), bos_token=config.bos_token, eos_token=config.eos_token
+    )
     if tokenizer.info.vocab_sha256 != manifest.tokenizer.vocab_sha256:
         raise TokenizerError(
             f"the tokenizer of {data_dir} now has identity {tokenizer.info.vocab_sha256[:12]}, not the manifest's "

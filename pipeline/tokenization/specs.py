@@ -51,7 +51,9 @@ def _is_tiktoken_spec(path: str) -> bool:
 
 
 @functools.cache
-def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> Tokenizer:
+def load_tokenizer(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> Tokenizer:
     """The tokenizer a spec names, with the boundary rule (`bos_token`/`eos_token` override the
     tokenizer's own; see `boundaries`). Cached per process: building the tables takes up to a few
     seconds, and prepare loads it once before forking its workers."""
@@ -71,7 +73,7 @@ def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | 
     if spec.endswith(".tiktoken"):
         raise TokenizerError(
             f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and the special "
-            "tokens; name it in a spec file {\"ranks\": ..., \"pat_str\": ..., \"special_tokens\": {...}} "
+            'tokens; name it in a spec file {"ranks": ..., "pat_str": ..., "special_tokens": {...}} '
             "and pass that (see docs/data-format.md)"
         )
     if _is_tiktoken_spec(spec):
@@ -79,5 +81,7 @@ def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | 
     return HFTokenizer(spec, **flags)
 
 
-def tokenizer_info(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> TokenizerInfo:
+def tokenizer_info(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> TokenizerInfo:
     return load_tokenizer(spec, bos_token=bos_token, eos_token=eos_token).info

@@ -21,7 +21,9 @@ from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints
 A, B, C = (np.array(key, dtype=np.uint64) for key in ([7, 1], [8, 2], [9, 3]))
 
 
-def fingerprints(unit: int, keys: list[np.ndarray], evals: dict[int, list[int]]) -> UnitFingerprints:
+def fingerprints(
+    unit: int, keys: list[np.ndarray], evals: dict[int, list[int]]
+) -> UnitFingerprints:
     """A unit whose document `i` has exact key `keys[i]`, and the eval n-grams `evals[i]` (all of the
     first eval file)."""
     hits = [np.array(evals[n], dtype=np.int64) for n in sorted(evals)]
@@ -79,7 +81,9 @@ def test_a_common_eval_ngram_removes_nothing_and_a_contaminated_document_keeps_n
 
 
 def test_eval_match_counts_add_up_per_ngram():
-    indices, counts = add_counts([(np.array([1, 4]), np.array([2, 1])), (np.array([4, 9]), np.array([3, 1]))])
+    indices, counts = add_counts(
+        [(np.array([1, 4]), np.array([2, 1])), (np.array([4, 9]), np.array([3, 1]))]
+    )
     assert indices.tolist() == [1, 4, 9] and counts.tolist() == [2, 4, 1]
     assert common_ngrams((indices, counts), max_matches=1).tolist() == [1, 4]
     assert add_counts([])[0].tolist() == []

@@ -232,7 +232,9 @@ def gcs_emulator(bucket: str = BUCKET) -> Iterator[GcsEmulator]:
             proc.stdout.close()
 
 
-def gcs_emulator_fixture(scope: str = "session", bucket: str = BUCKET) -> Callable[..., Iterator[GcsEmulator]]:
+def gcs_emulator_fixture(
+    scope: str = "session", bucket: str = BUCKET
+) -> Callable[..., Iterator[GcsEmulator]]:
     """A pytest fixture of one emulator per `scope`: in a conftest, `gcs = gcs_emulator_fixture()`."""
     import pytest
 

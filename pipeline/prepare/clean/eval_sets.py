@@ -74,7 +74,9 @@ def _json_lines(path: str, text: str) -> Iterator[str]:
             try:
                 yield from _strings(json.loads(line))
             except json.JSONDecodeError as e:
-                raise EvalSetError(f"{path}: line {number} is not JSON ({e}); fix or remove the line") from None
+                raise EvalSetError(
+                    f"{path}: line {number} is not JSON ({e}); fix or remove the line"
+                ) from None
 
 
 def examples(path: str, separator: str) -> Iterator[str]:
@@ -133,7 +135,10 @@ class EvalSet:
         per_file = [_file_ngrams(path, ngram, separator) for path in paths]
         self.stats = tuple(stats for _, stats in per_file)
         hashes = np.concatenate([h for h, _ in per_file] or [np.zeros(0, dtype=np.uint64)])
-        files = np.concatenate([np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)] or [np.zeros(0, np.int32)])
+        files = np.concatenate(
+            [np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)]
+            or [np.zeros(0, np.int32)]
+        )
         order = np.lexsort((files, hashes))
         hashes, files = hashes[order], files[order]
         first = np.ones(len(hashes), dtype=bool)
@@ -153,7 +158,9 @@ class EvalSet:
 
 
 @functools.cache
-def eval_set(paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]) -> EvalSet:
+def eval_set(
+    paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]
+) -> EvalSet:
     """Loaded once per worker process; refuses eval files changed since the launcher hashed them."""
     for path, expected in zip(paths, digests):
         if file_sha256(path) != expected:
@@ -163,7 +170,9 @@ def eval_set(paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[
     return EvalSet(paths, ngram, separator)
 
 
-def ngram_texts(paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]) -> dict[int, str]:
+def ngram_texts(
+    paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]
+) -> dict[int, str]:
     """The words of the eval n-grams whose hashes are `wanted` (as they are compared: case-folded),
     from their first occurrence in the files."""
     found: dict[int, str] = {}

@@ -83,7 +83,10 @@ def merge(candidates: Iterable[tuple[int, str, int, int]]) -> dict[int, tuple[st
     `(number, reason, keeper place, keeper location)`."""
     best: dict[int, tuple[str, int, int]] = {}
     for number, reason, keeper, location in candidates:
-        if number not in best or (keeper, _PRIORITY[reason]) < (best[number][1], _PRIORITY[best[number][0]]):
+        if number not in best or (keeper, _PRIORITY[reason]) < (
+            best[number][1],
+            _PRIORITY[best[number][0]],
+        ):
             best[number] = (reason, keeper, location)
     return best
 
@@ -110,7 +113,9 @@ def filtered_entry(number: int, reason: str) -> dict[str, Any]:
 
 
 def removal_entries(
-    candidates: Iterable[tuple[int, str, int, int]], contaminated: dict[int, int], filtered: Iterable[list]
+    candidates: Iterable[tuple[int, str, int, int]],
+    contaminated: dict[int, int],
+    filtered: Iterable[list],
 ) -> list[dict[str, Any]]:
     """A unit's removed documents: its duplicates (`candidates`, see `merge`), its contaminated
     documents (number: eval file) and those the quality filters removed (`[number, reason, excerpt]`)."""
@@ -121,7 +126,12 @@ def removal_entries(
 
 
 def write_removal_list(
-    output_dir: str, unit: int, documents: int, entries: list[dict[str, Any]], locations: np.ndarray, ids: list | None
+    output_dir: str,
+    unit: int,
+    documents: int,
+    entries: list[dict[str, Any]],
+    locations: np.ndarray,
+    ids: list | None,
 ) -> None:
     """One JSON object per unit: its removed documents by number, each entry completed with the
     document's location and id."""
@@ -176,13 +186,20 @@ def write_removals_file(
         with open(scratch, "w") as out:
             for u in units:
                 for entry in read_removal_list(output_dir, u.index)["removed"]:
-                    line = {"reason": entry["reason"], "path": u.path, **located(u, entry["location"], newlines_before[u.index])}
+                    line = {
+                        "reason": entry["reason"],
+                        "path": u.path,
+                        **located(u, entry["location"], newlines_before[u.index]),
+                    }
                     if "id" in entry:
                         line["id"] = entry["id"]
                     if "keeper" in entry:
                         keeper_unit, keeper_location = entry["keeper"]
                         keeper = by_index[keeper_unit]
-                        line["duplicate_of"] = {"path": keeper.path, **located(keeper, keeper_location, newlines_before[keeper_unit])}
+                        line["duplicate_of"] = {
+                            "path": keeper.path,
+                            **located(keeper, keeper_location, newlines_before[keeper_unit]),
+                        }
                     if "eval_file" in entry:
                         line["eval_file"] = eval_paths[entry["eval_file"]]
                         per_eval[entry["eval_file"]] += 1

@@ -14,9 +14,9 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
+from pipeline.dataset.storage import FileInfo
 from pipeline.prepare.read.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
-from pipeline.dataset.storage import FileInfo
 from schemas.errors import RunError
 from schemas.prepare_config import PrepareConfig
 
@@ -89,7 +89,13 @@ class Source(Protocol):
         """The `(start, end)` of each unit of the input, from its metadata (at most a file footer)."""
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+        self,
+        unit: WorkUnit,
+        config: PrepareConfig,
+        tally: Tally,
+        digest: ContentDigest,
+        *,
+        located: bool = False,
     ) -> Iterator[Read]:
         """The unit's documents in input order: runs of whole documents, and the pieces of a cut
         document. Skips and rejects go to `tally`, what the unit owns of the input to `digest`. With
@@ -195,7 +201,8 @@ def separated(data: bytes | str, separator: str) -> tuple[list[bytes] | list[str
     # data) up to the newline that ends the line, which starts the next piece unless another
     # separator line takes it, or it is only the newline added after data.
     between = [
-        int(i > 0 or raw[0] != data[:0]) + int(following[:1] == newline and (i + 2 < len(raw) or following != newline))
+        int(i > 0 or raw[0] != data[:0])
+        + int(following[:1] == newline and (i + 2 < len(raw) or following != newline))
         for i, following in enumerate(raw[1:])
     ]
     raw[0] = raw[0][1:]  # the newlines added around `data`

@@ -170,7 +170,9 @@ class DocumentRuns:
         self._tally.count(CUT_DOCUMENTS)
         for i, piece in enumerate(pieces_of(text.encode("utf-8", "surrogatepass"), self._limit)):
             self._tally.count(DOCUMENT_PIECES)
-            yield DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0, location=location, id=id)
+            yield DocumentPiece(
+                piece.decode("utf-8", "surrogatepass"), first=i == 0, location=location, id=id
+            )
 
     def flush(self) -> Iterator[DocumentRun]:
         if self._run.texts:

@@ -31,7 +31,9 @@ def _differences(old: dict, new: dict) -> str:
     for section in ("config", "tokenizer", "inputs", "eval_files"):
         if old.get(section) != new.get(section):
             if section == "config":
-                keys = sorted(k for k in new[section] if old.get(section, {}).get(k) != new[section][k])
+                keys = sorted(
+                    k for k in new[section] if old.get(section, {}).get(k) != new[section][k]
+                )
                 what.append("config (" + ", ".join(keys) + ")")
             else:
                 what.append(section.replace("_", " "))
@@ -64,10 +66,16 @@ def written_by_earlier_run(output_dir: str) -> list[str] | None:
             ) from None
     if plan is not None:
         count = len(plan["units"])
-        names += [formats.shard_path(split, u["index"], count) for u in plan["units"] for split in formats.SPLITS]
+        names += [
+            formats.shard_path(split, u["index"], count)
+            for u in plan["units"]
+            for split in formats.SPLITS
+        ]
     # The tokenizer's copy, written before the manifest: what is there is the earlier run's.
-    names += [f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(p)}"
-              for p in storage.list_files(storage.join(output_dir, formats.TOKENIZER_COPY_DIR))]
+    names += [
+        f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(p)}"
+        for p in storage.list_files(storage.join(output_dir, formats.TOKENIZER_COPY_DIR))
+    ]
     return [storage.join(output_dir, name) for name in dict.fromkeys(names)]
 
 
@@ -122,7 +130,9 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
                 f"{output_dir} already holds a dataset prepared with different "
                 f"{_differences(old, identity) or 'settings'}; pass --overwrite to replace it, or choose another --output"
             )
-        remove_state(output_dir)  # left if the run that completed it stopped right after its manifest
+        remove_state(
+            output_dir
+        )  # left if the run that completed it stopped right after its manifest
         return COMPLETE
     old_plan = _read_json(_state_path(output_dir, formats.PLAN_NAME))
     if old_plan is not None:
@@ -139,22 +149,32 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
         )
     try:
         storage.makedirs(output_dir)
-        storage.write_bytes_atomic(_state_path(output_dir, formats.PLAN_NAME), plan.to_json().encode())
+        storage.write_bytes_atomic(
+            _state_path(output_dir, formats.PLAN_NAME), plan.to_json().encode()
+        )
     except OSError as e:
-        raise OutputError(f"cannot write to the output directory {output_dir}: {e.strerror or e}") from None
+        raise OutputError(
+            f"cannot write to the output directory {output_dir}: {e.strerror or e}"
+        ) from None
     return FRESH
 
 
 def plan_identity_record(plan: Plan) -> dict:
     """What run_info.json keeps so that a rerun can tell whether a complete directory is its own."""
-    return {PLAN_IDENTITY_KEY: plan.identity(), "plan_fingerprint": plan.fingerprint(), "hub_revisions": plan.hub_revisions}
+    return {
+        PLAN_IDENTITY_KEY: plan.identity(),
+        "plan_fingerprint": plan.fingerprint(),
+        "hub_revisions": plan.hub_revisions,
+    }
 
 
 def earlier_hub_revisions(output_dir: str) -> dict[str, str]:
     """The commits an earlier run here pinned its hub datasets to, so that a rerun reads the same."""
-    for path in (_state_path(output_dir, formats.PLAN_NAME), storage.join(output_dir, formats.RUN_INFO_NAME)):
+    for path in (
+        _state_path(output_dir, formats.PLAN_NAME),
+        storage.join(output_dir, formats.RUN_INFO_NAME),
+    ):
         record = _read_json(path)
         if record is not None:
             return dict(record.get("hub_revisions", {}))
     return {}
-

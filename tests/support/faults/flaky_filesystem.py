@@ -45,7 +45,9 @@ class FlakyFileSystem(LocalFileSystem):
     def scheme(cls) -> str:
         return "flaky"
 
-    def open(self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO):
+    def open(
+        self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO
+    ):
         return _FlakyReader(io.FileIO(_local(path), "rb"))
 
     def exists(self, path) -> bool:

@@ -20,14 +20,20 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Point:
     module: str
-    attribute: str | None = None  # a function or `Class.method`; None: as the module starts importing
+    attribute: str | None = (
+        None  # a function or `Class.method`; None: as the module starts importing
+    )
 
 
 # The points of a prepare run that the faults act at.
 IMPORTS = Point("apache_beam")
 PLANNING = Point("pipeline.prepare.planning", "make_plan")
-CLEANING = Point("pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit")  # one unit's first pass
-UNITS = Point("pipeline.prepare.tokenize.unit", "process_unit")  # one unit tokenized, written and recorded
+CLEANING = Point(
+    "pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit"
+)  # one unit's first pass
+UNITS = Point(
+    "pipeline.prepare.tokenize.unit", "process_unit"
+)  # one unit tokenized, written and recorded
 FINISHING = Point("pipeline.prepare.write.finalize", "write_outputs")
 PRISM = Point("apache_beam.runners.portability.prism_runner", "PrismRunner.run_pipeline")
 
@@ -70,7 +76,9 @@ def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None):
+    def __init__(
+        self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None
+    ):
         self._module, self._act, self._patch = module, act, patch
 
     def find_spec(self, name, path, target=None):

@@ -38,4 +38,6 @@ def _counting(state: str, kill_after: int):
 
 def install() -> None:
     kill_after = int(os.environ.get("KILL_AFTER", sys.maxsize))
-    points.wrap(PASSES[os.environ["UNITS_PASS"]], _counting(os.environ["UNITS_STATE_DIR"], kill_after))
+    points.wrap(
+        PASSES[os.environ["UNITS_PASS"]], _counting(os.environ["UNITS_STATE_DIR"], kill_after)
+    )
