@@ -1,4 +1,5 @@
-"""What a checkpoint of a ~1.1 GB model (weights and AdamW moments, float32) costs the training loop.
+"""What a checkpoint of a ~1.1 GB model (weights and AdamW moments, float32) costs the training \
+loop.
 
 `train()` runs a GPT-2-sized model (12 layers of width 768, a vocabulary of 8,600: 91.8M parameters,
 1.10 GB with the optimizer's state) on synthetic data, checkpointing every `--every` steps, and
@@ -149,14 +150,14 @@ def main() -> None:
             loop_cost.append((with_checkpoints - without) / inner)
             sync.append(_sync_save_seconds(root))
     print(
-        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; {params / 1e6:.1f}M parameters, "
-        f"{params * 12 / 1e9:.2f} GB of state; {args.rounds} rounds of {args.steps} steps, a checkpoint every "
-        f"{args.every} and at the last"
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; "
+        f"{params / 1e6:.1f}M parameters, {params * 12 / 1e9:.2f} GB of state; {args.rounds} "
+        f"rounds of {args.steps} steps, a checkpoint every {args.every} and at the last"
     )
     print(
         f"blocked in the checkpoint call: median {statistics.median(saves.blocked):.2f} s, "
-        f"max {max(saves.blocked):.2f} s over {len(saves.blocked)} checkpoints, of which waiting for the one "
-        f"before: max {max(saves.waited):.2f} s"
+        f"max {max(saves.blocked):.2f} s over {len(saves.blocked)} checkpoints, of which waiting "
+        f"for the one before: max {max(saves.waited):.2f} s"
     )
     print(
         f"loop time per checkpoint (with - without, / {inner}): "

@@ -1,5 +1,7 @@
-"""Whether a fused, chunked cross-entropy pays in the train step: the trainer's loss (the whole batch's
-float32 logits, then optax's cross entropy) against the candidate below, in alternating rounds of one
+"""Whether a fused, chunked cross-entropy pays in the train step: the trainer's loss (the whole \
+batch's
+float32 logits, then optax's cross entropy) against the candidate below, in alternating rounds of \
+one
 run, with the compiled step's temporary memory as XLA reports it.
 
 The candidate never holds more than one chunk of positions' logits: a scan over chunks of the
@@ -34,7 +36,8 @@ from train.trainer import build  # noqa: E402
 
 
 def _logits(x, embedding):
-    """The tied output layer, as `nnx.Embed.attend` computes it: in the features' dtype, then float32."""
+    """The tied output layer, as `nnx.Embed.attend` computes it: in the features' dtype, then
+    float32."""
     return jnp.dot(x, embedding.astype(x.dtype).T).astype(jnp.float32)
 
 
@@ -136,15 +139,16 @@ def main() -> None:
                 run["times"].append((time.perf_counter() - began) / args.steps_per_round)
     reference = runs[next(iter(runs))]
     print(
-        f"{jax.devices()[0].device_kind}; {args.preset} preset, batch {args.batch_size} x {seq_len}, vocabulary "
-        f"{model_config.padded_vocab_size}; median of {args.rounds} rounds of {args.steps_per_round} steps"
+        f"{jax.devices()[0].device_kind}; {args.preset} preset, batch {args.batch_size} x "
+        f"{seq_len}, vocabulary {model_config.padded_vocab_size}; median of {args.rounds} rounds "
+        f"of {args.steps_per_round} steps"
     )
     print(f"{'loss':36} {'first loss':>11} {'ms/step':>9} {'vs trainer':>11} {'temp memory':>12}")
     for name, run in runs.items():
         ratio = statistics.median(a / b for a, b in zip(run["times"], reference["times"]))
         print(
-            f"{name:36} {run['loss']:>11.5f} {statistics.median(run['times']) * 1e3:>9.0f} {ratio:>11.3f} "
-            f"{run['memory'] / 2**20:>9.0f} MiB"
+            f"{name:36} {run['loss']:>11.5f} {statistics.median(run['times']) * 1e3:>9.0f} "
+            f"{ratio:>11.3f} {run['memory'] / 2**20:>9.0f} MiB"
         )
 
 

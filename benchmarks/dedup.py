@@ -1,9 +1,11 @@
 """What the cleaning stage costs and finds: `prepare` plain, with `--dedup exact` and with
 `--dedup near`, on one corpus with planted exact and near duplicates, in one run.
 
-The corpus (tests/support/planted.py) holds distinct documents of random made-up words and, after them in
+The corpus (tests/support/planted.py) holds distinct documents of random made-up words and, after \
+them in
 input order, exact copies and near copies (a few words replaced) of random earlier ones. Reported:
-each run's wall time (the whole `python -m pipeline prepare` process, on every core) and its ratio to
+each run's wall time (the whole `python -m pipeline prepare` process, on every core) and its ratio \
+to
 the plain run's, and the precision and recall of `near` against the planted duplicates (exact and
 near together: a removal is right when the planted corpus says the document copies an earlier one).
 
@@ -88,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = make_corpus(path, args.megabytes)
     print(
         f"corpus: {os.path.getsize(path) / 2**20:.1f} MiB, {len(corpus.documents)} documents, "
-        f"{len(corpus.exact)} exact and {len(corpus.near)} near copies planted; {os.cpu_count()} cores"
+        f"{len(corpus.exact)} exact and {len(corpus.near)} near copies planted; {os.cpu_count()} "
+        "cores"
     )
     out = os.path.join(args.workdir, "out")
     seconds = {"plain": prepare(path, out)}
@@ -97,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(out, "run_info.json")) as f:
             cleaning = json.load(f)["cleaning_seconds"]
         print(
-            f"{mode}: {seconds[mode]:.1f} s vs plain {seconds['plain']:.1f} s: x{seconds[mode] / seconds['plain']:.2f} "
-            f"(cleaning job {cleaning:.1f} s)"
+            f"{mode}: {seconds[mode]:.1f} s vs plain {seconds['plain']:.1f} s: "
+            f"x{seconds[mode] / seconds['plain']:.2f} (cleaning job {cleaning:.1f} s)"
         )
     precision, recall = precision_recall(out, corpus)
     print(f"near: precision {precision:.4f}, recall {recall:.4f} against the planted duplicates")

@@ -17,7 +17,8 @@ Each prints ms/step, tokens/s and MFU (where the device's peak is known), then t
 CUDA GPU it also checks cuDNN's attention against XLA's with a materialized mask.
 
     python benchmarks/gpu_step.py [--preset gpt2] [--batch-size 16] [--seq-len 1024]
-    python benchmarks/gpu_step.py --preset tiny --batch-size 4 --seq-len 128 --train-steps 12   # CPU smoke
+    python benchmarks/gpu_step.py --preset tiny --batch-size 4 --seq-len 128 \
+--train-steps 12   # CPU smoke
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ GPT2_VOCAB = 50257
 def _median_seconds(
     step: Callable[[], object], sync: Callable[[object], None], rounds: int, per_round: int
 ) -> float:
-    """Median over rounds of the mean time per step, each round ending when its last step is done."""
+    """Median over rounds of the mean time per step, each round ending when its last step is
+    done."""
     for _ in range(2):  # compile, warm up
         sync(step())
     times = []
@@ -326,8 +328,9 @@ def main() -> None:
     peak = peak_flops(device)
     flops_per_token = config.flops_per_token(args.seq_len)
     print(
-        f"{device} x{jax.device_count()}; {args.preset} preset ({config.num_params() / 1e6:.1f}M parameters), bf16, "
-        f"batch {args.batch_size} x {args.seq_len}; median of {args.rounds} rounds of {args.steps_per_round} steps"
+        f"{device} x{jax.device_count()}; {args.preset} preset ({config.num_params() / 1e6:.1f}M "
+        f"parameters), bf16, batch {args.batch_size} x {args.seq_len}; median of {args.rounds} "
+        f"rounds of {args.steps_per_round} steps"
     )
     check_attention(config, args.seq_len)
     results: dict[str, float] = {}  # name -> seconds per step
@@ -358,12 +361,12 @@ def main() -> None:
     if reference is not None:
         print(f"ours / nanoGPT, speed: {reference / ours:.2f} (goal: at least 1.0)")
     print(
-        f"python -m train / isolated step, speed: {ours / results['python -m train, default cadence']:.2f} "
-        f"(goal: at least 0.95)"
+        "python -m train / isolated step, speed: "
+        f"{ours / results['python -m train, default cadence']:.2f} (goal: at least 0.95)"
     )
     print(
-        f"document packing / concat, step time: {results['ours, isolated step (document packing)'] / ours:.2f} "
-        f"(goal: at most 1.2)"
+        "document packing / concat, step time: "
+        f"{results['ours, isolated step (document packing)'] / ours:.2f} (goal: at most 1.2)"
     )
     print(json.dumps({name: round(seconds * 1e3, 2) for name, seconds in results.items()}))
 

@@ -7,7 +7,8 @@ a training host pays: opening the lengths (memory maps) and the planner, plannin
 resuming at a position far into the run (a checkpoint's few integers: no replay), and the steady
 cost of planning a step; with the process's resident memory after each.
 
-    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] [--rows 16]
+    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] \
+[--rows 16]
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
     planner.plan(Position.start(1))
     opened = time.perf_counter() - start
     opened_mb = _resident_mb()
-    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit once.
+    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit
+    # once.
     per_epoch = split.offsets()[1][-1] // 1025 if packing == "concat" else split.units(1024)[1][-1]
     far = Position(10**6, (int(per_epoch) * 3 // 2,), (0,), (0,))
     start = time.perf_counter()
@@ -105,10 +107,12 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
     )
     print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch {rows} x 1024")
     print(
-        f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} bytes per record)"
+        f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} "
+        "bytes per record)"
     )
     print(
-        f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident +{opened_mb - before:,.1f} MiB"
+        f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident "
+        f"+{opened_mb - before:,.1f} MiB"
     )
     print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
     print(
@@ -139,10 +143,12 @@ def main() -> int:
             start = time.perf_counter()
             open_split(args.records).units(1024)
             print(
-                f"document packing's units, derived once per machine and seq_len: {time.perf_counter() - start:,.1f} s",
+                "document packing's units, derived once per machine and seq_len: "
+                f"{time.perf_counter() - start:,.1f} s",
                 flush=True,
             )
-        # A fresh process: its memory holds what a training host's would, not the arrays just written.
+        # A fresh process: its memory holds what a training host's would, not the arrays just
+        # written.
         return subprocess.run([sys.executable, __file__, "--measure", *sys.argv[1:]]).returncode
 
 

@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                     iterator = open_reader()
                     rounds = []
                     for r in range(args.rounds):
-                        # The reference is measured right before the reader: the machine's load drifts.
+                        # The reference is measured right before the reader: the machine's load
+                        # drifts.
                         baseline = timed(memmap, args.seconds, warmup=0.5)
                         rate = timed(
                             lambda iterator=iterator: next(iterator)["inputs"].size,
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.rounds} rounds"
     )
     print(
-        f"{'corpus':<26} {'reader':<34} {'tokens/s':>14} {'memmap just before':>19} {'vs memmap':>10}  rounds"
+        f"{'corpus':<26} {'reader':<34} {'tokens/s':>14} {'memmap just before':>19} "
+        f"{'vs memmap':>10}  rounds"
     )
     for name, reader, rate, baseline, ratios in rows:
         print(

@@ -2,10 +2,10 @@
 
 For the same corpus as 1, 10 and 100 text files, and for one separator-free file (a single
 document the size of the file), this measures the bytes the planning process reads (Linux
-`/proc/self/io`, in a fresh process) and its time, against the reference a launcher that fingerprints
-its inputs by content would pay: one SHA-256 pass over every byte, measured in the same run. The
-separator-free file is then prepared for real, and the peak resident memory of its worker
-processes is read from the run's `run_info.json`.
+`/proc/self/io`, in a fresh process) and its time, against the reference a launcher that
+fingerprints its inputs by content would pay: one SHA-256 pass over every byte, measured in the
+same run. The separator-free file is then prepared for real, and the peak resident memory of its
+worker processes is read from the run's `run_info.json`.
 
     python benchmarks/planning.py [--megabytes 400] [--separator-free-megabytes 1024] [--check]
 
@@ -41,10 +41,12 @@ from schemas.prepare_config import PrepareConfig
 def rchar():
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-make_plan(["/dev/null"], PrepareConfig(format="text"))  # imports and the tokenizer, outside the count
+# imports and the tokenizer, outside the count
+make_plan(["/dev/null"], PrepareConfig(format="text"))
 before, start = rchar(), time.perf_counter()
 plan = make_plan(sys.argv[1:], PrepareConfig())
-print(json.dumps({"seconds": time.perf_counter() - start, "bytes_read": rchar() - before, "units": len(plan.units)}))
+print(json.dumps({"seconds": time.perf_counter() - start, "bytes_read": rchar() - before,
+                  "units": len(plan.units)}))
 """
 
 
@@ -145,7 +147,8 @@ def main() -> int:
 
     failures = []
     print(
-        f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} {'read share':>11} {'sha256 pass s':>14}"
+        f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} "
+        f"{'read share':>11} {'sha256 pass s':>14}"
     )
     for name, paths in layouts.items():
         size = sum(os.path.getsize(p) for p in paths)
@@ -159,9 +162,9 @@ def main() -> int:
             failures.append(f"planning {name} read {share:.1%} of the input")
     run = prepare_peak_rss(flat, os.path.join(args.workdir, "separator_free_out"))
     print(
-        f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in {run['seconds']:.1f} s; "
-        f"peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} MiB, of the launcher "
-        f"{run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}"
+        f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in "
+        f"{run['seconds']:.1f} s; peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} "
+        f"MiB, of the launcher {run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}"
     )
     if run["worker_rss"] >= MAX_WORKER_RSS:
         failures.append(f"a worker's peak RSS was {run['worker_rss'] / 2**30:.2f} GiB")

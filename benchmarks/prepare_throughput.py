@@ -85,7 +85,8 @@ def _library_tokenizer(spec: str) -> tokenizers.Tokenizer:
 
 
 def _encode_share(args: tuple[int, int, str]) -> int:
-    """Tokens of every `count`-th document from `index`, boundary ids counted, by the library alone."""
+    """Tokens of every `count`-th document from `index`, boundary ids counted, by the library
+    alone."""
     index, count, spec = args
     tokenizer = load_tokenizer(spec)
     per_document = 1 if tokenizer.boundary.bos_id is None else 2
@@ -210,7 +211,8 @@ def main() -> int:
     parser.add_argument(
         "--tokenizer",
         default="gpt2",
-        help="what prepare is given: a tiktoken name, a tokenizer.json (or its directory), a spec file",
+        help="what prepare is given: a tiktoken name, a tokenizer.json (or its directory), a spec "
+        "file",
     )
     parser.add_argument(
         "--check", action="store_true", help=f"exit non-zero below {GOAL} of the raw limit"
@@ -224,8 +226,8 @@ def main() -> int:
     cores = os.cpu_count() or 1
     docs = read_documents(corpus)
     print(
-        f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, {cores} cores; "
-        f"tokenizer {spec} ({library})"
+        f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, "
+        f"{cores} cores; tokenizer {spec} ({library})"
     )
 
     # Alternating rounds: each round measures both back to back, so the machine's state of the
@@ -241,13 +243,14 @@ def main() -> int:
         rounds.append((raw[1] / prepared.seconds, raw, prepared))
         split = " + ".join(f"{part:.2f}" for _, part in time_split(prepared, raw[1], cores))
         print(
-            f"round {index + 1}: raw {raw[1]:.2f} s, prepare {prepared.seconds:.2f} s (raw + {split}), "
-            f"ratio {rounds[-1][0]:.2f}"
+            f"round {index + 1}: raw {raw[1]:.2f} s, prepare {prepared.seconds:.2f} s (raw + "
+            f"{split}), ratio {rounds[-1][0]:.2f}"
         )
     _, (raw_tokens, raw_seconds), median = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     rows = [
         (
-            f"raw {library} limit ({'encode_ordinary' if library == 'tiktoken' else 'encode_batch_fast'}, 1 proc/core)",
+            f"raw {library} limit "
+            f"({'encode_ordinary' if library == 'tiktoken' else 'encode_batch_fast'}, 1 proc/core)",
             raw_tokens,
             raw_seconds,
         ),

@@ -118,9 +118,9 @@ def main() -> None:
     dense, sparse = per_step["--log-every 1"], per_step["--log-every 100"]
     ratio = statistics.median(d / s for d, s in zip(dense, sparse))
     print(
-        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; {args.layers} layers of width "
-        f"{args.width}, batch {args.batch_size} x {args.seq_len}; {args.rounds} rounds of {args.steps} steps each, "
-        f"timed from step {WARM}"
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; "
+        f"{args.layers} layers of width {args.width}, batch {args.batch_size} x {args.seq_len}; "
+        f"{args.rounds} rounds of {args.steps} steps each, timed from step {WARM}"
     )
     print(f"{'cadence':18} {'ms/step (median)':>17} {'rounds':>40} {'whole runs (s)':>16}")
     for name in cadences:
@@ -130,7 +130,8 @@ def main() -> None:
             f"{statistics.median(wall[name]):>16.1f}"
         )
     print(
-        f"per step, --log-every 1 / --log-every 100: {ratio:.3f} (median of the rounds' ratios; goal: at most {GOAL})"
+        f"per step, --log-every 1 / --log-every 100: {ratio:.3f} (median of the rounds' ratios; "
+        f"goal: at most {GOAL})"
     )
     if args.check and ratio > GOAL:
         sys.exit(1)

@@ -6,11 +6,13 @@ mask, ReLU feed-forward, an untied output layer, `optax.adam(1e-3)`, and an `nnx
 `nnx.value_and_grad(has_aux=True)` and an `nnx.MultiMetric` update. Sizes are the tutorial's:
 sequence 256, width 256, 8 heads, feed-forward 256, 4 blocks, the GPT-2 vocabulary. Ours is the
 `minigpt` preset (the same sizes in our GPT-2 architecture) through the trainer's step
-(`train.step.Steps`), with AdamW, clipping and the schedule. Both run the same batches, interleaved in rounds, so machine
+(`train.step.Steps`), with AdamW, clipping and the schedule. Both run the same batches, \
+interleaved in rounds, so machine
 noise hits both alike.
 
     python benchmarks/train_step.py [--batch-size 8] [--rounds 5] [--steps-per-round 5]
-    python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] [--steps-per-round 20]
+    python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] \
+[--steps-per-round 20]
 
 `--real-batches` measures whether the loader stalls the step: our minigpt step fed the loader's
 batches (document packing, a two-source mixture, 2 prefetch workers, on synthetic prepared data)
@@ -166,8 +168,8 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
     tokens_per_step = batch_size * MAXLEN
     ref_s, our_s = statistics.median(ref_times), statistics.median(our_times)
     print(
-        f"{jax.devices()[0].device_kind} x{jax.device_count()}, batch {batch_size} x {MAXLEN} tokens, "
-        f"median of {rounds} rounds of {steps_per_round} steps"
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, batch {batch_size} x {MAXLEN} "
+        f"tokens, median of {rounds} rounds of {steps_per_round} steps"
     )
     print(f"{'step':34} {'ms/step':>9} {'tokens/s':>12}")
     print(
@@ -264,9 +266,9 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
         iterator.close()
     real_s, constant_s = statistics.median(real_times), statistics.median(constant_times)
     print(
-        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, minigpt, batch {batch_size} "
-        f"x {MAXLEN}, document packing, two-source mixture, {workers} prefetch workers, "
-        f"median of {rounds} rounds of {steps_per_round} steps"
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, minigpt, "
+        f"batch {batch_size} x {MAXLEN}, document packing, two-source mixture, {workers} prefetch "
+        f"workers, median of {rounds} rounds of {steps_per_round} steps"
     )
     print(f"{'step fed':34} {'ms/step':>9}")
     print(f"{'a constant batch':34} {constant_s * 1e3:>9.1f}")

@@ -21,7 +21,8 @@ _CUDNN_MAX_HEAD = 128
 
 
 def platform() -> str:
-    """'cuda' for an NVIDIA GPU backend, else the backend's platform ('cpu', 'tpu', 'gpu' for ROCm)."""
+    """'cuda' for an NVIDIA GPU backend, else the backend's platform ('cpu', 'tpu', 'gpu' for
+    ROCm)."""
     backend = jax.extend.backend.get_backend()
     if backend.platform == "gpu" and "cuda" in backend.platform_version.lower():
         return "cuda"
@@ -35,18 +36,22 @@ def choose(platform: str, *, dtype, head_dim: int, seq_len: int, segments: bool)
     if jnp.dtype(dtype) not in _CUDNN_DTYPES:
         return (
             XLA,
-            f"cuDNN's fused attention needs bfloat16 or float16 inputs (here: {jnp.dtype(dtype)}; --bf16)",
+            f"cuDNN's fused attention needs bfloat16 or float16 inputs (here: {jnp.dtype(dtype)}; "
+            "--bf16)",
         )
     if head_dim % 8 or head_dim > _CUDNN_MAX_HEAD:
         return (
             XLA,
-            f"cuDNN's fused attention needs a head size that is a multiple of 8 up to 128 (here: {head_dim})",
+            "cuDNN's fused attention needs a head size that is a multiple of 8 up to 128 (here: "
+            f"{head_dim})",
         )
     if segments and seq_len % 2:
-        # Document packing passes the segment rule as a bias, whose gradient cuDNN computes for even lengths.
+        # Document packing passes the segment rule as a bias, whose gradient cuDNN computes for even
+        # lengths.
         return (
             XLA,
-            f"cuDNN's fused attention with segments needs an even sequence length (here: {seq_len})",
+            "cuDNN's fused attention with segments needs an even sequence length (here: "
+            f"{seq_len})",
         )
     return CUDNN, "cuDNN's fused kernel"
 

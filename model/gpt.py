@@ -135,7 +135,8 @@ class GPT(nnx.Module):
         self.ln_f = _layer_norm(config, rngs)
 
     def __call__(self, tokens: jax.Array, **kwargs) -> jax.Array:
-        """Logits (B, T, padded vocab) in float32 for token ids (B, T); `kwargs` as `features` takes them."""
+        """Logits (B, T, padded vocab) in float32 for token ids (B, T); `kwargs` as `features` takes
+        them."""
         return self.logits(self.features(tokens, **kwargs))
 
     def features(

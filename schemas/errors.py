@@ -33,7 +33,8 @@ class UserError(Exception):
 
 
 class UsageError(UserError):
-    """A command asked for what it cannot do: a bad flag, setting or config file. Nothing has run."""
+    """A command asked for what it cannot do: a bad flag, setting or config file. Nothing has
+    run."""
 
     exit_status = USAGE_STATUS
 
@@ -49,10 +50,12 @@ class SettingError(UsageError, ValueError):
 
     `setting` is the setting at fault and `value` its value; `reason` completes the sentence
     ("must be in [0, 1)") and may name other settings whose values take part, given as keyword
-    arguments, by `{name}`: `SettingError("width", 100, "must be divisible by {num_heads}", num_heads=3)`.
-    `str()` names settings as the code does, grain's style (`validation_fraction must be in [0, 1)
-    (got validation_fraction=1.5)`); `told(flags)` names them by their flags, as the command
-    runner shows it (`--validation-fraction must be in [0, 1), got 1.5`).
+    arguments, by `{name}`:
+    `SettingError("width", 100, "must be divisible by {num_heads}", num_heads=3)`. `str()` names
+    settings as the code does, grain's style
+    (`validation_fraction must be in [0, 1) (got validation_fraction=1.5)`); `told(flags)` names
+    them by their flags, as the command runner shows it
+    (`--validation-fraction must be in [0, 1), got 1.5`).
     """
 
     def __init__(self, setting: str, value: Any, reason: str, **others: Any):

@@ -50,8 +50,8 @@ class PrepareConfig:
 
     tokenizer: str = setting(
         "gpt2",
-        "tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml); a "
-        "hub model as hf:ORG/NAME[@REVISION]",
+        "tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml); "
+        "a hub model as hf:ORG/NAME[@REVISION]",
     )
     format: str | None = setting(
         None, "input format", choices=INPUT_FORMATS, unset="from the file name"
@@ -87,8 +87,8 @@ class PrepareConfig:
     hf_name: str | None = setting(
         None, "Hugging Face dataset config name", unset="the dataset's default"
     )
-    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a special
-    # token put before / after each document; bos_token "none" puts none.
+    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a
+    # special token put before / after each document; bos_token "none" puts none.
     bos_token: str | None = setting(
         None, "special token before each document ('none': no BOS)", unset="the tokenizer's rule"
     )
@@ -97,14 +97,15 @@ class PrepareConfig:
     )
     dedup: str = setting(
         "none",
-        "remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first "
-        "copy is kept",
+        "remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the "
+        "first copy is kept",
         choices=DEDUP_MODES,
     )
-    # A list, as JSON reads it back; local paths are made absolute, so the config names them anywhere.
+    # A list, as JSON reads it back; local paths are made absolute, so the config names them
+    # anywhere.
     decontaminate: list[str] = setting(
-        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a word n-gram "
-        "with any of their examples",
+        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a "
+        "word n-gram with any of their examples",
         default_factory=list,
         metavar="PATH[,PATH...]",
     )
@@ -146,8 +147,8 @@ class PrepareConfig:
         since=_CLEANING_PARAMETERS,
     )
     filter_params: dict[str, dict[str, Any]] = setting(
-        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as JSON), e.g. "
-        "gopher-quality.min_doc_words=30; repeatable",
+        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as "
+        "JSON), e.g. gopher-quality.min_doc_words=30; repeatable",
         default_factory=dict,
         flag="--filter-param",
         repeat=True,

@@ -184,8 +184,8 @@ def _schema(annotation: Any, s: Setting) -> dict[str, Any]:
         return {}
     if base not in _JSON_TYPES:
         raise TypeError(
-            f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, str, "
-            "a list or a dict of them"
+            f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, "
+            "str, a list or a dict of them"
         )
     if s.choices is not None:
         return {"enum": [*s.choices, *[None] * nullable]}

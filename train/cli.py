@@ -1,4 +1,5 @@
-"""`tokshards train` trains, `tokshards sample` samples from a run (also `python -m train [sample]`)."""
+"""`tokshards train` trains, `tokshards sample` samples from a run (also
+`python -m train [sample]`)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class LaunchOptions:
         None,
         "checkpoints, metrics and the config; resumes the run it holds",
         required=True,
-        launch="where the run is; config.json is saved in it, recording it as workdir, free to differ on resume",
+        launch="where the run is; config.json is saved in it, recording it as workdir, free to "
+        "differ on resume",
     )
     coordinator: str | None = _multi_host("host:port of process 0")
     num_processes: int | None = _multi_host("how many processes")
@@ -47,10 +49,12 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     does in a new run."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Train a GPT on a prepared directory. In a workdir that holds a run, settings not\n"
+        description="Train a GPT on a prepared directory. In a workdir that holds a run, settings "
+        "not\n"
         "given are the saved run's, and given ones must match it (except --steps, --decay-steps,\n"
         "--mesh, cadence and --loader-workers).",
-        epilog="To sample from a run: `tokshards sample --workdir DIR` (or `python -m train sample`).",
+        epilog="To sample from a run: `tokshards sample --workdir DIR` "
+        "(or `python -m train sample`).",
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )

@@ -25,7 +25,8 @@ class TrainConfig:
     """
 
     data: tuple[DataSource, ...] = setting(
-        help="a prepared directory (tokshards prepare), or a mixture: NAME=WEIGHT:PATH,... or a .json file",
+        help="a prepared directory (tokshards prepare), or a mixture: NAME=WEIGHT:PATH,... or a "
+        ".json file",
         parse=str,
         unset="the saved run's; required for a new run",
     )
@@ -70,7 +71,8 @@ class TrainConfig:
             raise SettingError(
                 "seq_len",
                 self.seq_len,
-                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger {{preset}} has more",
+                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger "
+                "{preset} has more",
                 preset=self.preset,
             )
         horizon = "steps" if self.decay_steps is None else "decay_steps"
@@ -107,8 +109,8 @@ class TrainConfig:
 
 
 def data_vocab_size(data: tuple[DataSource, ...] | str) -> int:
-    """The vocabulary of the data's tokenizer (its largest id + 1; the model pads it to a multiple of
-    128). The sources are checked to share one tokenizer."""
+    """The vocabulary of the data's tokenizer (its largest id + 1; the model pads it to a multiple
+    of 128). The sources are checked to share one tokenizer."""
     sources = parse_data_spec(data) if isinstance(data, str) else data
     return open_sources(sources)[0].tokenizer.n_vocab
 
@@ -161,7 +163,8 @@ def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
     if config.decay_steps is None and config.decay_horizon != saved.decay_horizon:
         raise TrainUsageError(
             f"steps={config.steps} without decay_steps would move the schedule's horizon from step "
-            f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another to move it"
+            f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another "
+            "to move it"
         )
 
 

@@ -28,10 +28,10 @@ def check_shards_agree(groups: list[int], digests: list[bytes], *, step: int) ->
         other, seen = first.setdefault(group, (process, digest))
         if seen != digest:
             raise TrainError(
-                f"processes {other} and {process} feed the same rows of the global batch (data-axis positions "
-                f"from {group}) but read "
-                f"different batches by step {step}; start every process with the same --data, --seed, "
-                "--batch-size, --seq-len and --packing, on the same prepared data"
+                f"processes {other} and {process} feed the same rows of the global batch "
+                f"(data-axis positions from {group}) but read different batches by step {step}; "
+                "start every process with the same --data, --seed, --batch-size, --seq-len and "
+                "--packing, on the same prepared data"
             )
 
 
@@ -87,7 +87,8 @@ class FedBatches:
         *,
         rows: bool,
     ) -> None:
-        """Counts a batch in; `rows`: also digest its rows, for a step whose batch digest is logged."""
+        """Counts a batch in; `rows`: also digest its rows, for a step whose batch digest is
+        logged."""
         for name in sorted(host_batch):
             self._digest.update(name.encode())
             self._digest.update(np.ascontiguousarray(host_batch[name]).tobytes())
@@ -97,7 +98,8 @@ class FedBatches:
             self._source_tokens += source_tokens
 
     def report(self) -> np.ndarray:
-        """int64: shard group, first row, running digest, tokens per source, the latest batch's row digests."""
+        """int64: shard group, first row, running digest, tokens per source, the latest batch's row
+        digests."""
         words = np.frombuffer(self._digest.digest()[: 8 * _DIGEST_WORDS], dtype="<i8")
         first_row = (
             self.group * len(self._latest) // self._positions
@@ -109,8 +111,8 @@ class FedBatches:
 
 def settle(reports: np.ndarray, num_sources: int, *, step: int) -> tuple[np.ndarray, str]:
     """From every process's `report` (one row each, or one per device: copies agree): checks that
-    processes sharing a shard fed the same batches; returns the global target tokens per source since
-    the run (re)started, and the digest of the latest global batch (`batch_digest`)."""
+    processes sharing a shard fed the same batches; returns the global target tokens per source
+    since the run (re)started, and the digest of the latest global batch (`batch_digest`)."""
     groups = [int(g) for g in reports[:, 0]]
     check_shards_agree(
         groups, [row.tobytes() for row in reports[:, 2 : 2 + _DIGEST_WORDS]], step=step

@@ -16,7 +16,8 @@ from train.errors import TrainUsageError
 
 
 def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
-    """'data=4,model=2' -> (('data', 4), ('model', 2)); an empty string means all devices on data."""
+    """'data=4,model=2' -> (('data', 4), ('model', 2)); an empty string means all devices on
+    data."""
     if not text:
         return ()
     axes = []
@@ -71,18 +72,20 @@ class HostShards:
     @property
     def rows(self) -> tuple[int, int]:
         """The loader shard (index, count) of the rows this process feeds: its positions must be one
-        aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the batch."""
+        aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the
+        batch."""
         first, size = self.indices[0], len(self.indices)
         if self.indices != tuple(range(first, first + size)) or first % size or self.count % size:
             raise TrainUsageError(
-                f"this process feeds data-axis positions {self.indices} of {self.count}, not one aligned run; "
-                "choose --mesh sizes that give each process whole rows of the mesh"
+                f"this process feeds data-axis positions {self.indices} of {self.count}, not one "
+                "aligned run; choose --mesh sizes that give each process whole rows of the mesh"
             )
         return first // size, self.count // size
 
 
 def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[int, ...]]:
-    """Process index -> the data-axis positions of its devices, from the mesh's grid of process indices.
+    """Process index -> the data-axis positions of its devices, from the mesh's grid of process
+    indices.
 
     Processes that share positions (a model axis spanning them) feed the same rows. The position
     sets must be equal or disjoint, as `jax.make_mesh` lays processes out: then every part of the
@@ -95,8 +98,8 @@ def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[
     groups = set(found.values())
     if sum(len(g) for g in groups) != len(set().union(*groups)):
         raise TrainUsageError(
-            f"processes share only some of their data-axis positions ({found}); choose --mesh sizes "
-            "that give each process whole rows of the mesh"
+            f"processes share only some of their data-axis positions ({found}); choose --mesh "
+            "sizes that give each process whole rows of the mesh"
         )
     return found
 

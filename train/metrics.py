@@ -104,9 +104,9 @@ def progress_line(step: int, total: int, fields: dict[str, str]) -> str:
 
 class PlainProgress:
     """Training progress off a terminal: a plain line for a logged step every 30 seconds or every
-    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and formats),
-    with its metrics, the time so far and the ETA; and a line for every evaluation. A bar's
-    carriage-return updates would reach a log file as one endless line."""
+    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and
+    formats), with its metrics, the time so far and the ETA; and a line for every evaluation. A
+    bar's carriage-return updates would reach a log file as one endless line."""
 
     def __init__(
         self,
@@ -146,7 +146,8 @@ class PlainProgress:
 
 
 class Display:
-    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
+    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on
+    others."""
 
     def __init__(self, *, start: int, total: int, names: tuple[str, ...], primary: bool):
         terminal = sys.stderr.isatty()

@@ -33,7 +33,8 @@ class Readings:
         self._pending: list[tuple[int, bool, dict[str, jax.Array]]] = []
         self._clock, self._clock_step = time.perf_counter(), start
         peak = peak_flops(jax.devices()[0].device_kind)
-        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is known.
+        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is
+        # known.
         self._mfu_per_token = (
             config.model.flops_per_token(config.seq_len) / (peak * jax.device_count())
             if peak

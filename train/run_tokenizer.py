@@ -62,7 +62,8 @@ class RunTokenizer:
         if found != self.info.vocab_sha256:
             raise TrainError(
                 f"tokenizer {self.load_as!r} now has identity {found[:12]}, not the run's "
-                f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the tokenizer the run was trained with"
+                f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the "
+                "tokenizer the run was trained with"
             )
         return tokenizer
 
@@ -81,9 +82,10 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     saved = read_run_tokenizer(workdir)
     if saved is not None and not saved.same_ids(tokenizer):
         raise TrainError(
-            f"the data's tokenizer ({tokenizer.info.name}, identity {tokenizer.info.vocab_sha256[:12]}) is not "
-            f"the run's ({saved.info.name}, identity {saved.info.vocab_sha256[:12]}) in {workdir}; "
-            "train on data prepared with the run's tokenizer, or use another --workdir"
+            f"the data's tokenizer ({tokenizer.info.name}, identity "
+            f"{tokenizer.info.vocab_sha256[:12]}) is not the run's ({saved.info.name}, identity "
+            f"{saved.info.vocab_sha256[:12]}) in {workdir}; train on data prepared with the run's "
+            "tokenizer, or use another --workdir"
         )
 
 

@@ -4,7 +4,8 @@ A new run takes the preset's and `TrainConfig`'s defaults for what is not given.
 the saved config, and a given setting that decides the computation must equal the saved one; the
 error names the flag, from the settings' declarations. `--steps` may change: the learning-rate
 schedule keeps the saved run's horizon unless `--decay-steps` sets another, and either is said in a
-note. The model's flags are declared here (`ModelFlags`), each with where it lands in the saved config.
+note. The model's flags are declared here (`ModelFlags`), each with where it lands in the saved
+config.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def default(name: str) -> Any:
 
 def resolve(given: Mapping[str, Any], saved: TrainConfig | None) -> tuple[TrainConfig, list[str]]:
     """The run's config and notes on what a resume changes. `given` holds only settings given on the
-    command line or in a config file, by their names in `TrainConfig` or `ModelFlags`, and `workdir`."""
+    command line or in a config file, by their names in `TrainConfig` or `ModelFlags`, and
+    `workdir`."""
     if saved is None:
         return _new_run(given), []
     return _resumed(given, saved)
@@ -112,7 +114,8 @@ def _new_run(given: Mapping[str, Any]) -> TrainConfig:
         raise TrainUsageError(
             f"{given['workdir']} holds no run to resume; {FLAGS['data']} is required to start one"
         )
-    # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made for.
+    # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made
+    # for.
     vocab = {} if "vocab_size" in given else {"vocab_size": data_vocab_size(given["data"])}
     model = preset(given.get("preset", default("preset")), **{**vocab, **_model_overrides(given)})
     steps = given.get("steps", default("steps"))
@@ -161,15 +164,15 @@ def _resumed(given: Mapping[str, Any], saved: TrainConfig) -> tuple[TrainConfig,
     if "decay_steps" in given:
         if given["decay_steps"] != saved.decay_horizon:
             notes.append(
-                f"{FLAGS['decay_steps']} {given['decay_steps']}: the learning-rate schedule's horizon moves from "
-                f"step {saved.decay_horizon} to step {given['decay_steps']}"
+                f"{FLAGS['decay_steps']} {given['decay_steps']}: the learning-rate schedule's "
+                f"horizon moves from step {saved.decay_horizon} to step {given['decay_steps']}"
             )
         config = dataclasses.replace(config, decay_steps=given["decay_steps"])
     elif config.steps != saved.steps:
         after = ", then stays at its minimum" if config.steps > saved.decay_horizon else ""
         notes.append(
-            f"{FLAGS['steps']} {config.steps}: the learning-rate schedule keeps the saved run's horizon at step "
-            f"{saved.decay_horizon}{after}; {FLAGS['decay_steps']} sets another"
+            f"{FLAGS['steps']} {config.steps}: the learning-rate schedule keeps the saved run's "
+            f"horizon at step {saved.decay_horizon}{after}; {FLAGS['decay_steps']} sets another"
         )
         config = dataclasses.replace(config, decay_steps=saved.decay_horizon)
     return config, notes

@@ -105,10 +105,10 @@ class Steps:
     ) -> tuple[list[jax.Array], dict[str, jax.Array]]:
         """One AdamW step on a global batch: the new arrays and the step's metrics.
 
-        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks. `reports`
-        (one row per device, sharded over all of them) come back replicated in the metrics: what the
-        processes tell each other about their batches travels with the step, with no collective and
-        no wait of its own.
+        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks.
+        `reports` (one row per device, sharded over all of them) come back replicated in the
+        metrics: what the processes tell each other about their batches travels with the step, with
+        no collective and no wait of its own.
         """
         nodes = self.nodes(arrays)
         model, optimizer = nodes["model"], nodes["optimizer"]
@@ -125,7 +125,7 @@ class Steps:
     def _eval(
         self, arrays: list[jax.Array], batch: dict[str, jax.Array]
     ) -> tuple[jax.Array, jax.Array]:
-        """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
-        however much padding each holds."""
+        """The summed loss over a batch's real tokens and their count: batches add up
+        token-weighted, however much padding each holds."""
         losses, weights = token_losses(self.nodes(arrays)["model"], batch)
         return (losses * weights).sum(), weights.sum()

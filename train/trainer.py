@@ -149,7 +149,8 @@ def _open(config: TrainConfig) -> _Opened:
         raise SettingError(
             "vocab_size",
             config.model.vocab_size,
-            f"must hold the data's vocabulary of {tokenizer.info.n_vocab} ids; leave it out to take the data's",
+            f"must hold the data's vocabulary of {tokenizer.info.n_vocab} ids; leave it out to "
+            "take the data's",
         )
     saved = load_saved(config.workdir)
     if saved is not None:
@@ -168,7 +169,8 @@ def _open(config: TrainConfig) -> _Opened:
 
 
 def host_reads():
-    """Where the loop reads values from the device (the rest of it runs under a guard refusing that)."""
+    """Where the loop reads values from the device (the rest of it runs under a guard refusing
+    that)."""
     return jax.transfer_guard_device_to_host("allow")
 
 
@@ -195,8 +197,14 @@ def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
     if not config.eval_batches or not missing:
         return None
     if not eval_sets:
-        return "the data has no validation split (prepare --validation-fraction makes one): no evaluation"
-    return f"no validation split in {', '.join(missing)}: eval_loss covers {', '.join(eval_sets)} alone"
+        return (
+            "the data has no validation split (prepare --validation-fraction makes one): no "
+            "evaluation"
+        )
+    return (
+        f"no validation split in {', '.join(missing)}: eval_loss covers {', '.join(eval_sets)} "
+        "alone"
+    )
 
 
 def train(config: TrainConfig) -> dict:
@@ -279,8 +287,8 @@ def train(config: TrainConfig) -> dict:
                         log.write({"step": step, **evals})
                 if saving and waited > 1.0 and not waited_noted:
                     display.note(
-                        f"the checkpoint of step {step} waited {waited:.1f} s for the one before it to be "
-                        "written; checkpoints further apart would not"
+                        f"the checkpoint of step {step} waited {waited:.1f} s for the one before "
+                        "it to be written; checkpoints further apart would not"
                     )
                     waited_noted = True
                 display.step()

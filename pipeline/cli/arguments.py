@@ -60,7 +60,8 @@ def add_settings(
 
 
 def _help(declared: settings.Setting, default: Any, resume: bool) -> str:
-    """The declared help and, where argparse would not show it (None), what leaving the option out does."""
+    """The declared help and, where argparse would not show it (None), what leaving the option out
+    does."""
     if declared.unset is not None:
         return f"{declared.help} (default: {declared.unset.format(default=default)})"
     if resume and not declared.required:
@@ -78,5 +79,6 @@ def _reader(name: str, annotation: Any, declared: settings.Setting) -> Callable[
     if base in (int, float, str):
         return base
     raise TypeError(
-        f"setting {name!r} of type {annotation} needs a declared parse= or a reader for its flag's text"
+        f"setting {name!r} of type {annotation} needs a declared parse= or a reader for its flag's "
+        "text"
     )

@@ -37,8 +37,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)` (or
-    the functions named here) define it, and the setup.py extra it needs beyond the base install."""
+    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)`
+    (or the functions named here) define it, and the setup.py extra it needs beyond the base
+    install."""
 
     summary: str
     module: str
@@ -83,11 +84,12 @@ _OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 
 def parser(prog: str = "tokshards") -> argparse.ArgumentParser:
-    """The top-level parser, for its help and errors; a command's own arguments go to its own parser."""
+    """The top-level parser, for its help and errors; a command's own arguments go to its own
+    parser."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader and a Flax "
-        f"NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
+        description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader "
+        f"and a Flax NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = p.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
@@ -197,7 +199,8 @@ def _interrupted(name: str) -> int:
 def exit_now(status: int) -> None:
     """Ends the process. Without JAX loaded, it skips the interpreter's teardown of Beam's and its
     clients' modules (half a second that does nothing: every file is written and closed before a
-    command returns); with JAX, the teardown runs its exit handlers, which leave a multi-host run."""
+    command returns); with JAX, the teardown runs its exit handlers, which leave a multi-host
+    run."""
     if "jax" in sys.modules:
         sys.exit(status)
     logging.shutdown()

@@ -33,11 +33,12 @@ def option(example: str) -> Any:
     """The `--config` option of a command's launch options; `example` is a line of such a file."""
     return setting(
         None,
-        f"read the settings from a TOML file: keys are the flags' names, with dashes or underscores "
-        f"({example}); flags given here override it",
+        "read the settings from a TOML file: keys are the flags' names, with dashes or "
+        f"underscores ({example}); flags given here override it",
         metavar="FILE.toml",
         unset="none",
-        launch="names where the settings were read; what it gives is saved as the flags would save it",
+        launch="names where the settings were read; what it gives is saved as the flags would save "
+        "it",
     )
 
 

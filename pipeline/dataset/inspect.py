@@ -1,4 +1,5 @@
-"""`inspect`: what a prepared directory holds, over all of its documents, and its first documents as text.
+"""`inspect`: what a prepared directory holds, over all of its documents, and its first documents \
+as text.
 
 Totals, per-input counts, bytes per token, skips and removals come from the manifest; document
 lengths from the loader's lengths index (`pipeline.load.lengths`), which is built by one read of
@@ -67,8 +68,8 @@ def _split_lengths(data_dir: str, manifest: Manifest, split: str):
         from pipeline.load.lengths import SplitLengths
     except ImportError as e:
         raise InspectError(
-            f"document statistics read the loader's lengths index, which needs the load extra ({e.name} is "
-            "missing): pip install 'tokshards[load]'"
+            "document statistics read the loader's lengths index, which needs the load extra "
+            f"({e.name} is missing): pip install 'tokshards[load]'"
         ) from None
     return SplitLengths.of(data_dir, manifest, split)
 
@@ -106,18 +107,21 @@ def describe(manifest: Manifest) -> list[str]:
     """The manifest's account of the directory: tokenizer, totals, inputs, skips and removals."""
     info = manifest.tokenizer
     lines = [
-        f"tokenizer {info.name} ({info.library} {info.library_version}, n_vocab {info.n_vocab}), dtype {manifest.dtype}",
+        f"tokenizer {info.name} ({info.library} {info.library_version}, n_vocab {info.n_vocab}), "
+        f"dtype {manifest.dtype}",
         f"documents: {info.boundary or f'end-of-text {info.eot_id} after each'}",
     ]
     for split, t in manifest.totals.items():
         lines.append(
-            f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes"
+            f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} "
+            f"shards, {t.bytes} bytes"
         )
     tokens = sum(t.tokens for t in manifest.totals.values())
     size = sum(i.size for i in manifest.inputs)
     if tokens:
         lines.append(
-            f"input bytes per token: {size / tokens:.3f} ({size} bytes in {len(manifest.inputs)} inputs)"
+            f"input bytes per token: {size / tokens:.3f} ({size} bytes in {len(manifest.inputs)} "
+            "inputs)"
         )
     lines.append("inputs:")
     for item in manifest.inputs:
@@ -126,8 +130,8 @@ def describe(manifest: Manifest) -> list[str]:
             continue
         per_token = f", {item.size / item.tokens:.3f} bytes per token" if item.tokens else ""
         lines.append(
-            f"  {printable(item.path)} ({item.format}, {item.size} bytes): {item.documents} documents, "
-            f"{item.tokens} tokens{per_token}"
+            f"  {printable(item.path)} ({item.format}, {item.size} bytes): {item.documents} "
+            f"documents, {item.tokens} tokens{per_token}"
         )
     if manifest.skipped:
         lines.append(
@@ -146,7 +150,8 @@ def describe(manifest: Manifest) -> list[str]:
             else ""
         )
         lines.append(
-            f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} documents{common}"
+            f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} "
+            f"documents{common}"
         )
     return lines
 
@@ -187,7 +192,8 @@ def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE.png",
         default=None,
-        help="write a histogram of the split's document lengths there (needs matplotlib; default: none)",
+        help="write a histogram of the split's document lengths there (needs matplotlib; default: "
+        "none)",
     )
     return p
 
@@ -202,7 +208,8 @@ def run(args: argparse.Namespace) -> None:
     lengths = _split_lengths(args.data_dir, manifest, args.split)
     every = np.concatenate(lengths.docs) if lengths.docs else np.zeros(0, np.uint32)
     print(
-        f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} documents):"
+        f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} "
+        "documents):"
     )
     print(length_summary(every))
     print("\n".join(histogram(every)))

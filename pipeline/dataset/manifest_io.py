@@ -23,7 +23,8 @@ def read_manifest(data_dir: str) -> Manifest:
 
 
 def shard_sizes(data_dir: str) -> dict[str, int]:
-    """Relative shard path -> size of the files in the split directories, from one listing per split."""
+    """Relative shard path -> size of the files in the split directories, from one listing per
+    split."""
     sizes = {}
     for split in formats.SPLITS:
         for path, size in storage.sizes_in(storage.join(data_dir, split)).items():

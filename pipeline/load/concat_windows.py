@@ -1,5 +1,5 @@
-"""Concat packing's windows: each epoch's token stream cut into windows of `seq_len + 1` tokens, drawn
-in a keyed order over the whole epoch.
+"""Concat packing's windows: each epoch's token stream cut into windows of `seq_len + 1` tokens,
+drawn in a keyed order over the whole epoch.
 
 A source's stream runs through the run epoch after epoch. Epoch `e` is the split's records in
 manifest order, read from a keyed token offset round to it (`rotation`), so each epoch cuts its
@@ -42,7 +42,8 @@ class ConcatWindows:
         self._rotations: dict[int, int] = {}
 
     def windows(self, first: int, count: int) -> np.ndarray:
-        """The run stream's windows (`w`: tokens [w * W, (w + 1) * W)) of draws [first, first + count)."""
+        """The run stream's windows (`w`: tokens [w * W, (w + 1) * W)) of draws
+        [first, first + count)."""
         width, tokens = self.width, self.tokens
         out, drawn = [], first
         while drawn < first + count:
@@ -59,9 +60,9 @@ class ConcatWindows:
     def pieces(
         self, first: int, count: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Each run of the windows of draws [first, first + count) that lies in one record, as arrays
-        (draw - first, record, token offset in it, tokens), in draw order, each window's in order.
-        Raises EndOfData if a window reaches past the last epoch asked for."""
+        """Each run of the windows of draws [first, first + count) that lies in one record, as
+        arrays (draw - first, record, token offset in it, tokens), in draw order, each window's in
+        order. Raises EndOfData if a window reaches past the last epoch asked for."""
         if self.limit is not None and first + count > self.limit:
             raise EndOfData
         tokens, width = self.tokens, self.width

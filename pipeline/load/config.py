@@ -1,4 +1,5 @@
-"""What decides a host's batches (`LoaderConfig`), and which rows of the global batch the host holds."""
+"""What decides a host's batches (`LoaderConfig`), and which rows of the global batch the host
+holds."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ class LoaderConfig:
     record of a later epoch of any source. `worker_count`: prefetch processes.
     `shard_index`/`shard_count`: which of `shard_count` equal row ranges of the global batch this
     process feeds; processes that feed the same rows pass the same index, and get identical
-    batches. None takes them from JAX's process index and count. `verify`: re-hash every shard against its manifest when opening (reads all
-    the data once).
+    batches. None takes them from JAX's process index and count. `verify`: re-hash every shard
+    against its manifest when opening (reads all the data once).
     """
 
     data: str | tuple[DataSource, ...]
@@ -46,7 +47,8 @@ class LoaderConfig:
             check_names(self.data)
         else:
             raise LoaderError(
-                f"data must be a directory or a tuple of DataSource, as parse_data_spec returns (got {self.data!r})"
+                "data must be a directory or a tuple of DataSource, as parse_data_spec returns "
+                f"(got {self.data!r})"
             )
         if self.split not in formats.SPLITS:
             raise LoaderSettingError("split", self.split, f"must be one of {formats.SPLITS}")

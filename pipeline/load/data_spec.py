@@ -6,8 +6,8 @@ One string, in one of three forms:
     web=0.8:data/web,stories=0.2:gs://b/stories   NAME=WEIGHT:PATH entries, comma-separated
     mix.json                                      {"web": {"path": "data/web", "weight": 0.8}, ...}
 
-A JSON entry may add "stages": {"STEP": WEIGHT, ...}: from training step STEP on, the source's weight
-is WEIGHT (until its next stage); every stage's weights are normalized on their own, so
+A JSON entry may add "stages": {"STEP": WEIGHT, ...}: from training step STEP on, the source's
+weight is WEIGHT (until its next stage); every stage's weights are normalized on their own, so
 `{"web": {..., "weight": 0.8, "stages": {"1000": 0.5}}, "stories": {..., "weight": 0.2}}` trains on
 80% web tokens for 1000 steps, then on 0.5 / 0.7 of them.
 
@@ -67,7 +67,8 @@ class DataSource:
         steps = [step for step, _ in self.stages]
         if steps != sorted(set(steps)) or any(not isinstance(s, int) or s < 1 for s in steps):
             raise LoaderError(
-                f"stages of source {self.name!r} must start at distinct positive steps, in order (got {steps})"
+                f"stages of source {self.name!r} must start at distinct positive steps, in order "
+                f"(got {steps})"
             )
 
     def weight_at(self, step: int) -> float:
@@ -89,7 +90,8 @@ def check_names(sources: Iterable[DataSource]) -> None:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise LoaderError(
-            f"the data spec names {', '.join(map(repr, repeated))} more than once; give each source its own name"
+            f"the data spec names {', '.join(map(repr, repeated))} more than once; give each "
+            "source its own name"
         )
 
 
@@ -138,7 +140,8 @@ def _json_sources(spec_path: str) -> list[DataSource]:
     entry_form = '{"path": "...", "weight": 0.8}'
     if not isinstance(data, dict) or not data:
         raise LoaderError(
-            f'data spec file {spec_path} must hold a non-empty JSON object {{"NAME": {entry_form}, ...}}'
+            f"data spec file {spec_path} must hold a non-empty JSON object "
+            f'{{"NAME": {entry_form}, ...}}'
         )
     sources = []
     for name, entry in data.items():
@@ -150,7 +153,8 @@ def _json_sources(spec_path: str) -> list[DataSource]:
         stages = entry.get("stages", {})
         if not isinstance(stages, dict) or not all(k.isdigit() for k in stages):
             raise LoaderError(
-                f'{spec_path}: stages of source {name!r} must be {{"STEP": WEIGHT, ...}} (got {stages!r})'
+                f"{spec_path}: stages of source {name!r} must be "
+                f'{{"STEP": WEIGHT, ...}} (got {stages!r})'
             )
         relative = entry["path"]
         located = (

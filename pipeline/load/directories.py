@@ -60,7 +60,8 @@ def open_prepared(data_dir: str, *, verify: bool = False) -> Manifest:
 
 
 def open_sources(sources: tuple[DataSource, ...], *, verify: bool = False) -> tuple[Manifest, ...]:
-    """`open_prepared` for every source, in order, refusing sources that do not share one tokenizer."""
+    """`open_prepared` for every source, in order, refusing sources that do not share one
+    tokenizer."""
     manifests = tuple(open_prepared(s.path, verify=verify) for s in sources)
     check_compatible([s.name for s in sources], manifests)
     return manifests

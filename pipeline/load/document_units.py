@@ -65,7 +65,8 @@ class UnitBlock:
 
     def parts(self, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each record's part of these pieces, as arrays (index in `pieces`, record, token offset in
-        it, tokens), in order; a piece that runs past its record's end comes as one part per record."""
+        it, tokens), in order; a piece that runs past its record's end comes as one part per
+        record."""
         at, length = self.at[pieces], self.length[pieces]
         if (at + length > self.end[pieces]).any():
             return self._split.runs(at, length)
@@ -73,8 +74,8 @@ class UnitBlock:
 
 
 class DocumentUnits:
-    """The units of one source, by draw: `unit(d)` is the block holding the `d`-th unit the run takes
-    from it, and the unit's index in the block."""
+    """The units of one source, by draw: `unit(d)` is the block holding the `d`-th unit the run
+    takes from it, and the unit's index in the block."""
 
     def __init__(
         self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None

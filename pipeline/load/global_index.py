@@ -92,9 +92,10 @@ class Position:
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
     """The pieces of consecutive global batches, as parallel arrays: `length` tokens of record
-    `record` of source `source` from token `start`, placed at flat offset `dest` of the [steps, rows,
-    width] batches (width: seq_len + 1 for concat, seq_len for document), with `segment` its segment
-    id within its row (document packing; 0 for concat). A piece never runs over a row's end."""
+    `record` of source `source` from token `start`, placed at flat offset `dest` of the
+    [steps, rows, width] batches (width: seq_len + 1 for concat, seq_len for document), with
+    `segment` its segment id within its row (document packing; 0 for concat). A piece never runs
+    over a row's end."""
 
     source: np.ndarray
     record: np.ndarray
@@ -159,7 +160,8 @@ class FirstFitRows:
             pieces[row] += 1
             if out is not None:
                 out += (source, block, j, ends[row] - had, pieces[row])
-            # Rows before `row` have less room than `n`: the maximum through `row` is theirs or its own.
+            # Rows before `row` have less room than `n`: the maximum through `row` is theirs or its
+            # own.
             top = most[row - 1] if row else 0
             r = row
             while r < rows and most[r] == had:
@@ -173,7 +175,8 @@ class FirstFitRows:
 
 
 class Planner:
-    """Walks the plan: `plan(position)` is the global batch at `position.step` and the position after.
+    """Walks the plan: `plan(position)` is the global batch at `position.step` and the position
+    after.
 
     `num_epochs` (None: forever) ends the plan at the first batch that needs a unit of a later epoch
     of any source (`plan` and `advance` raise EndOfData).
@@ -219,7 +222,8 @@ class Planner:
         return plan, positions[0]
 
     def plan_steps(self, position: Position, steps: int) -> tuple[StepPlan, list[Position]]:
-        """The batches of `steps` steps from `position`, in one plan, and the position after each."""
+        """The batches of `steps` steps from `position`, in one plan, and the position after
+        each."""
         if self._packing == "concat":
             sources: list[int] = []
             positions = self._concat(position, steps, sources)
@@ -275,7 +279,8 @@ class Planner:
         return positions
 
     def _concat_plan(self, position: Position, steps: int, sources: list[int]) -> StepPlan:
-        """The windows of `steps` batches from `position`; `sources`: each row's source (empty for one)."""
+        """The windows of `steps` batches from `position`; `sources`: each row's source (empty for
+        one)."""
         width, total = self.width, steps * self._rows
         row_source = np.array(sources, np.int64) if sources else np.zeros(total, np.int64)
         parts = []
@@ -346,7 +351,8 @@ class Planner:
         return positions
 
     def _document_plan(self, out: list[int], blocks: dict[tuple[int, int], UnitBlock]) -> StepPlan:
-        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of `dest`."""
+        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of
+        `dest`."""
         placed = np.array(out, np.int64).reshape(-1, 5)
         parts = []
         for (k, first), block in blocks.items():

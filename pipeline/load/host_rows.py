@@ -87,7 +87,8 @@ class HostRows:
         return self._planner
 
     def position_before(self, start: Position, step: int) -> Position:
-        """The plan's position at `step`, moved from `start` (or from where the last walk stopped)."""
+        """The plan's position at `step`, moved from `start` (or from where the last walk
+        stopped)."""
         position = start
         if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
             position = self._walked[1]
@@ -97,7 +98,8 @@ class HostRows:
         return position
 
     def steps(self, start: Position) -> int:
-        """How many complete batches the plan holds from `start` (walks it when `num_epochs` is set)."""
+        """How many complete batches the plan holds from `start` (walks it when `num_epochs` is
+        set)."""
         if self._config.num_epochs is None:
             return _FOREVER
         return self.planner.steps(start)
@@ -115,8 +117,8 @@ class HostRows:
         )
 
     def fill(self, position: Position, window: dict[str, np.ndarray]) -> list[Position]:
-        """Lays out this host's rows of the batches from `position` in `window` (one batch per step of
-        a `window`); returns the position after each."""
+        """Lays out this host's rows of the batches from `position` in `window` (one batch per step
+        of a `window`); returns the position after each."""
         planner = self.planner
         plan, positions = planner.plan_steps(position, len(window[FIELDS][0]))
         self._walked = (self._walked[0], positions[-1]) if self._walked else None
@@ -145,9 +147,9 @@ class HostRows:
         return positions
 
     def _tokens(self, record: bytes) -> np.ndarray:
-        """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is as
-        wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len` over
-        65,535)."""
+        """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is
+        as wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len`
+        over 65,535)."""
         if self._dtype.itemsize == self._window_dtype.itemsize:
             return np.frombuffer(record, self._window_dtype)
         return np.frombuffer(record, self._dtype).astype(self._window_dtype)

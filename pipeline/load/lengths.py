@@ -41,7 +41,8 @@ from schemas.records import numpy_dtype
 
 CACHE_ENV = "TOKSHARDS_INDEX_CACHE"
 _DEFAULT_CACHE = os.path.join("~", ".cache", "tokshards", "lengths")
-# The cache's layout: 1 ended a document at every record's end, as records then held whole documents.
+# The cache's layout: 1 ended a document at every record's end, as records then held whole
+# documents.
 _LAYOUT = 2
 _SCANNED = ("docs", "firsts", "offsets", "lead", "before")
 _SCAN_BATCH = 256  # records read per call while scanning
@@ -55,8 +56,8 @@ def cache_dir() -> str:
 def document_lengths(
     tokens: np.ndarray, ends: np.ndarray, eot_id: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how many
-    runs each record holds. A run ends after each end-of-text id, and at its record's end."""
+    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how
+    many runs each record holds. A run ends after each end-of-text id, and at its record's end."""
     stops = np.union1d(np.flatnonzero(tokens == eot_id) + 1, ends)
     counts = np.diff(np.searchsorted(stops, ends, side="right"), prepend=0)
     return np.diff(stops, prepend=0).astype(np.uint32), counts
@@ -120,7 +121,8 @@ def entry_prefix(shard: ShardInfo, eot_id: int) -> str:
 def shard_lengths(
     root: str, shard: ShardInfo, dtype_name: str, eot_id: int
 ) -> dict[str, np.ndarray]:
-    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan."""
+    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a
+    scan."""
     prefix = entry_prefix(shard, eot_id)
     paths = {name: f"{prefix}-{name}.npy" for name in _SCANNED}
     if not all(os.path.exists(p) for p in paths.values()):
@@ -154,7 +156,8 @@ def record_units(docs: np.ndarray, firsts: np.ndarray, row: int) -> np.ndarray:
 
 
 def _cached(prefix: str | None, name: str, derive: Callable[[], np.ndarray]) -> np.ndarray:
-    """`derive()`, kept as PREFIX-NAME.npy beside the lengths when `prefix` names a shard's entry."""
+    """`derive()`, kept as PREFIX-NAME.npy beside the lengths when `prefix` names a shard's
+    entry."""
     if prefix is None:
         return derive()
     path = f"{prefix}-{name}.npy"
@@ -252,8 +255,8 @@ class SplitLengths:
     def runs(
         self, at: np.ndarray, length: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as arrays
-        (i, record, token offset in it, tokens), ordered by i and then by position."""
+        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as
+        arrays (i, record, token offset in it, tokens), ordered by i and then by position."""
         offsets, before = self.offsets()
         which, at, length = (
             np.arange(len(at)),

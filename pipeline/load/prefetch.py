@@ -5,7 +5,8 @@ from __future__ import annotations
 import grain
 
 _WORKER_BUFFER = 4  # windows read ahead in each prefetch worker
-# Smaller arrays (a window's source token counts) travel pickled: a shared-memory segment costs more.
+# Smaller arrays (a window's source token counts) travel pickled: a shared-memory segment costs
+# more.
 _MIN_SHARED_BYTES = 2**16
 
 

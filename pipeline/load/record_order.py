@@ -68,24 +68,25 @@ def permuted(
 
 
 def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
-    """The whole order of epoch `epoch` of source `source`: the records in the order it reads them."""
+    """The whole order of epoch `epoch` of source `source`: the records in the order it reads
+    them."""
     return permuted(
         np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch
     )
 
 
 def rotation(size: int, *, seed: int, source: int, epoch: int) -> int:
-    """A keyed offset in [0, size) for epoch `epoch` of source `source`, apart from its order's keys:
-    where concat packing starts cutting the epoch's token stream, so each epoch's windows are cut
-    elsewhere."""
+    """A keyed offset in [0, size) for epoch `epoch` of source `source`, apart from its order's
+    keys: where concat packing starts cutting the epoch's token stream, so each epoch's windows are
+    cut elsewhere."""
     return int(splitmix64(_key(seed, source, epoch) ^ np.uint64(0x5EED0FF5E7)) % np.uint64(size))
 
 
 class EpochOrder:
-    """`records(epoch, start, stop)`: the units at positions [start, stop) of an epoch of one source,
-    computed `BLOCK` positions at a time. An epoch may order another number of units than `records`
-    (`size`): concat packing's epochs hold a number of windows that depends on where the epoch's
-    first one starts."""
+    """`records(epoch, start, stop)`: the units at positions [start, stop) of an epoch of one
+    source, computed `BLOCK` positions at a time. An epoch may order another number of units than
+    `records` (`size`): concat packing's epochs hold a number of windows that depends on where the
+    epoch's first one starts."""
 
     def __init__(self, records: int, *, seed: int, source: int):
         self._records = records

@@ -86,7 +86,8 @@ def step_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
 
 
 def batch_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
-    """Step `step` of a filled `new_window` as a batch: int32 fields (views where the window is int32)."""
+    """Step `step` of a filled `new_window` as a batch: int32 fields (views where the window is
+    int32)."""
     batch = step_of(window, step)
     if window[FIELDS].dtype != np.int32:
         batch.update(
@@ -128,9 +129,9 @@ def document_rows(
     *,
     before: np.ndarray,
 ) -> None:
-    """Fills `window` (a `new_window`, zeroed) with the rows of `plan`, already clipped to this host's
-    rows: part `i` comes from `records[which[i]]`, and where it starts its record, its first input
-    is `before[i]` (the end-of-text id, or the token a continued document has there)."""
+    """Fills `window` (a `new_window`, zeroed) with the rows of `plan`, already clipped to this
+    host's rows: part `i` comes from `records[which[i]]`, and where it starts its record, its first
+    input is `before[i]` (the end-of-text id, or the token a continued document has there)."""
     fields = np.asarray(window[FIELDS])
     seq_len = fields.shape[-1]
     inputs, targets, segment_ids, positions = (
@@ -139,8 +140,9 @@ def document_rows(
     ramp = memoryview(np.arange(seq_len, dtype=fields.dtype))
     same: dict[int, memoryview] = {}  # a row's worth of one segment id
     dest, length, segment = plan.dest, plan.length, plan.segment
-    # A part that goes on from the one before it (the same piece, in another record) goes on counting
-    # positions; segment ids count within a row, so a part goes on only from the last one in its row.
+    # A part that goes on from the one before it (the same piece, in another record) goes on
+    # counting positions; segment ids count within a row, so a part goes on only from the last one
+    # in its row.
     goes_on = np.zeros(len(dest), bool)
     goes_on[1:] = (
         (dest[1:] == dest[:-1] + length[:-1])
@@ -170,7 +172,8 @@ def document_rows(
 def _count_sources(
     window: dict[str, np.ndarray], plan: StepPlan, tokens: np.ndarray, batch: int
 ) -> None:
-    """Each step's target tokens from each source: `tokens` of each part, in batches of `batch` flat tokens."""
+    """Each step's target tokens from each source: `tokens` of each part, in batches of `batch` flat
+    tokens."""
     counts = window[SOURCE_TOKENS]
     steps, sources = counts.shape
     slot = plan.dest // batch * sources + plan.source

@@ -72,7 +72,8 @@ class LaunchOptions:
         None,
         "branch, tag or commit of hub datasets",
         unset="what an unfinished run here pinned, else main",
-        launch="resolved to the commit it names when the run starts, recorded in the manifest's hub_revisions",
+        launch="resolved to the commit it names when the run starts, recorded in the manifest's "
+        "hub_revisions",
     )
     overwrite: bool = setting(
         False,
@@ -81,7 +82,8 @@ class LaunchOptions:
     )
     filter_dry_run: bool = setting(
         False,
-        "run the cleaning stage only and print what each rule removes, with samples; write no shards",
+        "run the cleaning stage only and print what each rule removes, with samples; write no "
+        "shards",
         launch="a dry run writes no shards and no manifest",
     )
     verbose: bool = setting(
@@ -92,8 +94,10 @@ class LaunchOptions:
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other options go\n"
-        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location gs://...).",
+        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other "
+        "options go\n"
+        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location "
+        "gs://...).",
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
@@ -120,7 +124,8 @@ def _parameter(value: str) -> tuple[str, str, object]:
 
 
 def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, object]]:
-    """`--filter-param` values by filter, keys sorted: the config is the same however they were ordered."""
+    """`--filter-param` values by filter, keys sorted: the config is the same however they were
+    ordered."""
     params: dict[str, dict[str, object]] = {}
     for name, key, value in given:
         params.setdefault(name, {})[key] = value
@@ -164,7 +169,8 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
 
 
 def _bytes_read() -> int:
-    """Bytes this process has read through read() calls so far (Linux), to show what planning costs."""
+    """Bytes this process has read through read() calls so far (Linux), to show what planning
+    costs."""
     try:
         with open("/proc/self/io") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
@@ -280,8 +286,8 @@ def _dry_run(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: boo
         raise PrepareError(str(e)) from None
     print(ran["report"])
     print(
-        f"dry run: no shards written; rerun without --filter-dry-run to write them (the cleaning done in "
-        f"{output_dir} is kept), or with other rules and --overwrite",
+        "dry run: no shards written; rerun without --filter-dry-run to write them (the cleaning "
+        f"done in {output_dir} is kept), or with other rules and --overwrite",
         file=sys.stderr,
     )
 

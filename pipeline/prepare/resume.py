@@ -26,8 +26,9 @@ def check_same_packages(
         if differences:
             listed = ", ".join(f"{name} {old} (installed: {new})" for name, old, new in differences)
             raise PrepareError(
-                f"{output_dir} holds an unfinished run started with other package versions: {listed}; "
-                "install the versions it was started with to resume it, or pass --overwrite to start again"
+                f"{output_dir} holds an unfinished run started with other package versions: "
+                f"{listed}; install the versions it was started with to resume it, or pass "
+                "--overwrite to start again"
             )
 
 

@@ -38,7 +38,8 @@ from schemas.prepare_config import PrepareConfig, near_threshold
 
 
 class PrepareError(RunError, RuntimeError):
-    """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
+    """An expected failure of a run, reported as one line; `details` (a traceback) with
+    --verbose."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +153,8 @@ class StageRunner:
 def stage_runner(
     plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool
 ) -> Iterator[StageRunner]:
-    """The runner of the plan's stages, with the options that go to Beam and a scratch directory (the
-    workers' staged requirements, a local run's failures) that lasts while they run."""
+    """The runner of the plan's stages, with the options that go to Beam and a scratch directory
+    (the workers' staged requirements, a local run's failures) that lasts while they run."""
     extras = worker_extras(plan)
     with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
         try:
@@ -183,12 +184,12 @@ def _cleaning_rules(config: PrepareConfig) -> str:
     rules.append(f"dedup {config.dedup}")
     if config.dedup == "near":
         rules[-1] += (
-            f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
-            f"threshold about {near_threshold(config.near_bands, config.near_rows):.2f}"
+            f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} "
+            f"rows, threshold about {near_threshold(config.near_bands, config.near_rows):.2f}"
         )
     if config.decontaminate:
         rules.append(
-            f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at most "
-            f"{config.decontaminate_max_matches} documents"
+            f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at "
+            f"most {config.decontaminate_max_matches} documents"
         )
     return "; ".join(rules)

@@ -37,7 +37,8 @@ class TokenizerError(RunError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
-    """The ids around each document and where the rule came from (for the manifest and `inspect`)."""
+    """The ids around each document and where the rule came from (for the manifest and
+    `inspect`)."""
 
     eos_token: str
     eos_id: int
@@ -61,9 +62,9 @@ def resolve_boundary(
     bos_flag: str | None,
     eos_flag: str | None,
 ) -> Boundary:
-    """The rule: the `--bos-token`/`--eos-token` flags over the tokenizer's own `bos`/`eos` (found in
-    `source`), and with no EOS from either, the first of `DEFAULT_EOS_TOKENS` the tokenizer holds.
-    `specials` are the tokenizer's special tokens; a boundary token must be one of them."""
+    """The rule: the `--bos-token`/`--eos-token` flags over the tokenizer's own `bos`/`eos` (found
+    in `source`), and with no EOS from either, the first of `DEFAULT_EOS_TOKENS` the tokenizer
+    holds. `specials` are the tokenizer's special tokens; a boundary token must be one of them."""
     if bos_flag is not None or eos_flag is not None:
         source = (
             "the --bos-token/--eos-token flags"
@@ -76,8 +77,8 @@ def resolve_boundary(
         eos = next((t for t in DEFAULT_EOS_TOKENS if token_id(t) is not None), None)
         if eos is None:
             raise TokenizerError(
-                f"tokenizer {spec!r} names no end-of-document token and holds none of {list(DEFAULT_EOS_TOKENS)}; "
-                "pass --eos-token TOKEN"
+                f"tokenizer {spec!r} names no end-of-document token and holds none of "
+                f"{list(DEFAULT_EOS_TOKENS)}; pass --eos-token TOKEN"
             )
         source = "the default" if bos is None else source
     ids = {}
@@ -86,18 +87,21 @@ def resolve_boundary(
             ids[flag] = token_id(token)
             if ids[flag] is None:
                 raise TokenizerError(
-                    f"tokenizer {spec!r} has no token {token!r} ({flag}); pass one of its special tokens{_listed(specials)}"
+                    f"tokenizer {spec!r} has no token {token!r} ({flag}); pass one of its special "
+                    f"tokens{_listed(specials)}"
                 )
             if token not in specials:
                 raise TokenizerError(
-                    f"{token!r} ({flag}, from {source}) is not a special token of tokenizer {spec!r}: document text "
-                    f"holding it would encode to its id and split the document; pass one of its special "
-                    f"tokens{_listed(specials)}, or mark it special in the tokenizer"
+                    f"{token!r} ({flag}, from {source}) is not a special token of tokenizer "
+                    f"{spec!r}: document text holding it would encode to its id and split the "
+                    f"document; pass one of its special tokens{_listed(specials)}, or mark it "
+                    "special in the tokenizer"
                 )
     if bos is not None and ids["--bos-token"] == ids["--eos-token"]:
         raise TokenizerError(
-            f"the BOS {bos!r} is also the EOS (from {source}): documents end at the EOS, so each BOS would end a "
-            "document of its own; pass --bos-token none (the EOS after each document already precedes the next)"
+            f"the BOS {bos!r} is also the EOS (from {source}): documents end at the EOS, so each "
+            "BOS would end a document of its own; pass --bos-token none (the EOS after each "
+            "document already precedes the next)"
         )
     return Boundary(eos, ids["--eos-token"], bos, ids.get("--bos-token"), source)
 
@@ -124,8 +128,8 @@ def check_boundary_counts(flat: np.ndarray, counts: dict[str, int], boundary: Bo
     ):
         if token_id is not None and np.count_nonzero(flat == token_id) != counts[name]:
             raise BoundaryInTextError(
-                f"document text encoded to the {name} id {token_id} ({token!r}): the tokenizer's ordinary "
-                "vocabulary holds that id too; give the boundary token an id of its own"
+                f"document text encoded to the {name} id {token_id} ({token!r}): the tokenizer's "
+                "ordinary vocabulary holds that id too; give the boundary token an id of its own"
             )
 
 

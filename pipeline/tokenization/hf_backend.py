@@ -198,7 +198,8 @@ class HFTokenizer:
         return piece_ids(encode_in_pieces(text, self._encode_one), self.boundary, first=first)
 
     def save(self, directory: str) -> str:
-        """Copies the definition (and its config) into `directory`; returns what loads it from there."""
+        """Copies the definition (and its config) into `directory`; returns what loads it from
+        there."""
         os.makedirs(directory, exist_ok=True)
         for name, text in ((TOKENIZER_FILE, self._text), (CONFIG_FILE, self._config_text)):
             if text is not None:

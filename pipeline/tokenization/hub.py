@@ -61,7 +61,8 @@ def download(spec: str) -> tuple[str, str]:
     repo, revision = _parse(spec)
     if revision is None or not _PINNED.fullmatch(revision):
         raise TokenizerError(
-            f"hub tokenizer {spec!r} is not pinned to a commit; pin it with pipeline.tokenization.hub.pin"
+            f"hub tokenizer {spec!r} is not pinned to a commit; pin it with "
+            "pipeline.tokenization.hub.pin"
         )
     hub = _client()
     from huggingface_hub.errors import EntryNotFoundError

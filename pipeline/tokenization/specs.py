@@ -33,7 +33,8 @@ Tokenizer = TiktokenTokenizer | HFTokenizer
 
 
 def is_path_spec(spec: str) -> bool:
-    """A spec that names a local file or directory rather than a tiktoken encoding or a hub model."""
+    """A spec that names a local file or directory rather than a tiktoken encoding or a hub
+    model."""
     if is_hub_spec(spec):
         return False
     return os.sep in spec or os.path.exists(spec) or spec.endswith((".json", ".toml", ".tiktoken"))
@@ -72,9 +73,9 @@ def load_tokenizer(
         return HFTokenizer(inside, **flags)
     if spec.endswith(".tiktoken"):
         raise TokenizerError(
-            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and the special "
-            'tokens; name it in a spec file {"ranks": ..., "pat_str": ..., "special_tokens": {...}} '
-            "and pass that (see docs/data-format.md)"
+            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and "
+            'the special tokens; name it in a spec file {"ranks": ..., "pat_str": ..., '
+            '"special_tokens": {...}} and pass that (see docs/data-format.md)'
         )
     if _is_tiktoken_spec(spec):
         return TiktokenTokenizer.from_spec_file(spec, **flags)

@@ -182,9 +182,9 @@ class TiktokenTokenizer:
         return self.encoding.decode(ids)
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Equal to `[BOS] + encode_ordinary(doc) + [EOS]` for every document, concatenated, and their
-        lengths. A document that holds a boundary token's text (which must stay text) is encoded on
-        its own; runs of the others in one call each."""
+        """Equal to `[BOS] + encode_ordinary(doc) + [EOS]` for every document, concatenated, and
+        their lengths. A document that holds a boundary token's text (which must stay text) is
+        encoded on its own; runs of the others in one call each."""
         if not texts:
             return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
         flat = np.concatenate(list(self._runs(texts)))
@@ -274,7 +274,8 @@ def _boundary(
     ):
         if token_id in ordinary:
             raise TokenizerError(
-                f"tokenizer {spec!r}: the special token {token!r} has id {token_id}, which is also an ordinary "
-                "token's rank, so document text would encode to it; give it an id of its own"
+                f"tokenizer {spec!r}: the special token {token!r} has id {token_id}, which is also "
+                "an ordinary token's rank, so document text would encode to it; give it an id of "
+                "its own"
             )
     return boundary

@@ -1,5 +1,6 @@
 """`--config FILE.toml` for prepare and train: a file gives the run, and saves the config, that the
-same flags give; flags override it; a key or value its command does not take is refused in one line."""
+same flags give; flags override it; a key or value its command does not take is refused in one
+line."""
 
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ skip_bad_files = true
             "--direct_num_workers=2",
         ]
     )
-    # A repeatable flag replaces the file's list; a switch turns off; the rest is the file's or the default.
+    # A repeatable flag replaces the file's list; a switch turns off; the rest is the file's or the
+    # default.
     assert (args.input, args.unit_bytes, args.skip_bad_files) == (["c.txt"], 512, False)
     assert (args.output, args.dedup, args.record_tokens) == (
         "out",

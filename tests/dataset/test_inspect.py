@@ -155,8 +155,8 @@ def test_statistics_cover_every_document_of_every_input(encoding, tmp_path, caps
         tokens = sum(len(encoding.encode_ordinary(d)) + 1 for d in docs)
         size = os.path.getsize(path)
         assert (
-            f"{path} (jsonl, {size} bytes): {len(docs)} documents, {tokens} tokens, {size / tokens:.3f} bytes per token"
-            in shown
+            f"{path} (jsonl, {size} bytes): {len(docs)} documents, {tokens} tokens, "
+            f"{size / tokens:.3f} bytes per token" in shown
         )
 
 
@@ -164,7 +164,8 @@ def test_statistics_cover_every_document_of_every_input(encoding, tmp_path, caps
 def test_skipped_and_removed_are_listed_by_reason(tmp_path, capsys):
     path = tmp_path / "d.jsonl"
     path.write_text(
-        '{"text": "a cat sat"}\n{"text": "a cat sat"}\nnot json\n{"other": 1}\n{"text": "the mat"}\n'
+        '{"text": "a cat sat"}\n{"text": "a cat sat"}\nnot json\n'
+        '{"other": 1}\n{"text": "the mat"}\n'
     )
     out = str(tmp_path / "out")
     run_prepare([str(path)], out, "--dedup", "exact")
@@ -222,8 +223,8 @@ def test_control_characters_are_escaped_when_documents_are_printed(tmp_path):
         ),
         (
             ["prepare", "--near-bands", "64", "--near-rows", "32"],
-            "prepare: error: --near-bands times --near-rows must be at most 1024 hashes, got --near-bands 64, "
-            "--near-rows 32",
+            "prepare: error: --near-bands times --near-rows must be at most 1024 hashes, got "
+            "--near-bands 64, --near-rows 32",
         ),
         (["corpus", "--stories", "-3"], "corpus: error: --stories must be at least 0, got -3"),
         (
@@ -251,7 +252,8 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
 def test_an_unknown_split_is_a_setting_error_naming_the_flag(stories_dataset, capsys):
     assert run_command("inspect", stories_dataset, "--split", "test") == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"inspect: error: --split must name a split of {stories_dataset}: ['train', 'validation'], got 'test'"
+        f"inspect: error: --split must name a split of {stories_dataset}: ['train', 'validation'], "
+        "got 'test'"
     ]
 
 
@@ -260,6 +262,6 @@ def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys,
     monkeypatch.setitem(sys.modules, "grain", None)  # not installed
     assert run_command("inspect", stories_dataset) == 1
     assert capsys.readouterr().err == (
-        "inspect: error: document statistics read the loader's lengths index, which needs the load extra (grain is "
-        "missing): pip install 'tokshards[load]'\n"
+        "inspect: error: document statistics read the loader's lengths index, which needs the load "
+        "extra (grain is missing): pip install 'tokshards[load]'\n"
     )

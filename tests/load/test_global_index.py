@@ -1,4 +1,5 @@
-"""The global index on lengths alone (no files): positions, mixture stages, and what a step costs."""
+"""The global index on lengths alone (no files): positions, mixture stages, and what a step
+costs."""
 
 from __future__ import annotations
 

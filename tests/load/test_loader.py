@@ -150,12 +150,14 @@ def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_doc
             ids = b["segment_ids"][row]
             for sid in np.unique(ids[ids > 0]):
                 inputs, targets = b["inputs"][row][ids == sid], b["targets"][row][ids == sid]
-                # The end-of-text id alone is the last piece of a long document, the one of its input.
+                # The end-of-text id alone is the last piece of a long document, the one of its
+                # input.
                 d = int(doc([inputs[0] if targets[0] == EOT_ID else targets[0]])[0])
                 offset = (
                     len(documents[d]) if targets[0] == EOT_ID else int(targets[0] - documents[d][0])
                 )
-                # A first piece follows an end-of-text id; a later one, the token before it in its document.
+                # A first piece follows an end-of-text id; a later one, the token before it in its
+                # document.
                 assert inputs[0] == (EOT_ID if offset == 0 else documents[d][offset - 1])
                 pieces.setdefault(d, []).append((offset, len(targets)))
     # The pieces of a document tile it, end-of-text id included: all but the last are seq_len long.
@@ -242,7 +244,8 @@ def test_document_packing_on_files(prepared):
 
 
 def states_and_batches(cfg: LoaderConfig, n: int) -> tuple[list[dict], list[dict]]:
-    """The iterator's state before each of its first `n` batches (JSON round-tripped), and the batches."""
+    """The iterator's state before each of its first `n` batches (JSON round-tripped), and the
+    batches."""
     it = make_iterator(cfg)
     try:
         states, batches = [], []

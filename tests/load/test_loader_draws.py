@@ -68,7 +68,7 @@ def test_a_batch_holds_rows_of_many_documents_even_among_long_ones(web_pages, pa
 
 @pytest.mark.parametrize("packing", ["concat", "document"])
 @pytest.mark.parametrize("weights", [(0.7, 0.3), (0.2, 0.8)])
-def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, packing, weights):  # noqa: F811
+def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, packing, weights):
     # Books are records of one 300-900 token document each: far more than a row (32 tokens), and
     # than a batch (4 rows). Choosing a source per record would miss the weights by as much.
     config = LoaderConfig(

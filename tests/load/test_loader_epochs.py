@@ -37,7 +37,8 @@ def corpora(tmp_path_factory) -> list[tuple[str, np.ndarray]]:
 
 
 def _step_tokens(batch: dict[str, np.ndarray], packing: str) -> np.ndarray:
-    """The word tokens a host batch reads: every token of concat windows, the targets of document rows."""
+    """The word tokens a host batch reads: every token of concat windows, the targets of document
+    rows."""
     if packing == "concat":
         tokens = np.concatenate([batch["inputs"][:, :1], batch["targets"]], axis=1)
     else:

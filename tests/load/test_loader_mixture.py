@@ -37,7 +37,8 @@ def test_an_epoch_realizes_the_token_shares_and_counts_them_per_batch(sources, p
         np.testing.assert_array_equal(batch[SOURCE_TOKENS], np.bincount(owners(batch), minlength=2))
     totals = np.sum([b[SOURCE_TOKENS] for b in batches], axis=0)
     shares = totals / totals.sum()
-    # Records of books hold ~2.6x the tokens of web's: record shares of 0.7/0.3 would give books ~0.5.
+    # Records of books hold ~2.6x the tokens of web's: record shares of 0.7/0.3 would give books
+    # ~0.5.
     assert abs(shares[0] - 0.7) < 0.01 and abs(shares[1] - 0.3) < 0.01, shares
     # One epoch: the source that runs out first (books) is read once, all of it but the dropped
     # tail, and no token of either source twice.

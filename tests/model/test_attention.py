@@ -75,7 +75,8 @@ def test_cudnn_is_chosen_on_cuda_for_the_inputs_it_takes(
 
 
 def _backend() -> str:
-    """The backend present, from its devices: 'cuda' for NVIDIA GPUs, 'rocm' for AMD's, else the platform."""
+    """The backend present, from its devices: 'cuda' for NVIDIA GPUs, 'rocm' for AMD's, else the
+    platform."""
     device = jax.devices()[0]
     if device.platform == "gpu":
         return "cuda" if "cuda" in device.client.platform_version.lower() else "rocm"
@@ -109,7 +110,8 @@ def test_cudnns_outputs_and_gradients_match_the_reference(segments):
     exact = [x.astype(jnp.float32) for x in (q, k, v)]  # the same inputs; the reference in float32
 
     def close(ours, reference):
-        # bfloat16 keeps 8 bits of mantissa: within 2% of the largest value, where a wrong mask is far off.
+        # bfloat16 keeps 8 bits of mantissa: within 2% of the largest value, where a wrong mask is
+        # far off.
         ours, reference = np.asarray(ours, np.float32), np.asarray(reference, np.float32)
         np.testing.assert_allclose(ours, reference, atol=0.02 * np.abs(reference).max())
 

@@ -172,7 +172,8 @@ from model.gpt import GPT
 from train.mesh import make_mesh
 out = {}
 for fsdp in (False, True):
-    cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=1, num_heads=4, width=64, mlp_width=128, fsdp=fsdp)
+    cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=1, num_heads=4, width=64,
+                    mlp_width=128, fsdp=fsdp)
     mesh = make_mesh((("data", 4), ("model", 2)))
     with jax.set_mesh(mesh):
         model = GPT(cfg, rngs=nnx.Rngs(0))

@@ -24,8 +24,8 @@ A, B, C = (np.array(key, dtype=np.uint64) for key in ([7, 1], [8, 2], [9, 3]))
 def fingerprints(
     unit: int, keys: list[np.ndarray], evals: dict[int, list[int]]
 ) -> UnitFingerprints:
-    """A unit whose document `i` has exact key `keys[i]`, and the eval n-grams `evals[i]` (all of the
-    first eval file)."""
+    """A unit whose document `i` has exact key `keys[i]`, and the eval n-grams `evals[i]` (all of
+    the first eval file)."""
     hits = [np.array(evals[n], dtype=np.int64) for n in sorted(evals)]
     all_hits = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
     return UnitFingerprints(
@@ -45,7 +45,8 @@ def fingerprints(
 
 
 def clean(units: list[UnitFingerprints], max_matches: int, buckets: int) -> dict[int, list[dict]]:
-    """Every step of the stage in turn, as its Beam job strings them, per unit its removal entries."""
+    """Every step of the stage in turn, as its Beam job strings them, per unit its removal
+    entries."""
     common = common_ngrams(add_counts([u.eval_counts() for u in units]), max_matches)
     removed = {u.unit: contaminated(u, common) for u in units}
     grouped = collections.defaultdict(list)

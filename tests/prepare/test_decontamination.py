@@ -21,14 +21,16 @@ from support.corpora import write_jsonl, write_text
 from support.runs import run_prepare
 
 FOOTER = (
-    "(c) Copyright 2001-2026, Python Software Foundation. This page is licensed under the Python Software "
-    "Foundation License Version 2. Examples, recipes, and other code in the documentation are additionally "
-    "licensed under the Zero Clause BSD License. See History and License for more information."
+    "(c) Copyright 2001-2026, Python Software Foundation. This page is licensed under the Python "
+    "Software Foundation License Version 2. Examples, recipes, and other code in the documentation "
+    "are additionally licensed under the Zero Clause BSD License. See History and License for more "
+    "information."
 )
 _VOCABULARY = (
-    "module function class method argument return value object list string file path error exception import "
-    "package install version release thread process socket buffer byte encoding stream parser token iterator "
-    "generator decorator context manager attribute dictionary tuple integer float index slice loop condition"
+    "module function class method argument return value object list string file path error "
+    "exception import package install version release thread process socket buffer byte encoding "
+    "stream parser token iterator generator decorator context manager attribute dictionary tuple "
+    "integer float index slice loop condition"
 ).split()
 
 
@@ -45,8 +47,8 @@ def _lines(path: str) -> list[dict]:
 
 @pytest.mark.integration
 def test_pages_sharing_a_footer_with_eval_passages_are_kept_and_leaked_passages_removed(tmp_path):
-    # Held-out style: documentation pages that all end in the same licence footer, and eval passages of
-    # which a few quote that footer. Only pages holding a distinctive passage are contaminated.
+    # Held-out style: documentation pages that all end in the same licence footer, and eval passages
+    # of which a few quote that footer. Only pages holding a distinctive passage are contaminated.
     rng = random.Random(7)
     passages = [_prose(rng, 40) for _ in range(30)]
     quoting = [passages[i] + " " + FOOTER for i in range(4)]  # 4 of 30 passages quote the footer
@@ -67,8 +69,8 @@ def test_pages_sharing_a_footer_with_eval_passages_are_kept_and_leaked_passages_
     )
     removed = {r["line"] - 1 for r in _lines(os.path.join(out, formats.REMOVALS_NAME))}
     assert leaked <= removed
-    # A few others go: an n-gram of a passage's last word and the footer's first twelve is rare text,
-    # found in the pages whose prose ends in that word.
+    # A few others go: an n-gram of a passage's last word and the footer's first twelve is rare
+    # text, found in the pages whose prose ends in that word.
     others = len(pages) - len(leaked)
     assert (others - len(removed - leaked)) / others >= 0.95
     assert manifest.removed == {"contaminated": len(removed)}

@@ -274,8 +274,8 @@ def card(yaml: str) -> bytes:
             "org/packed",
             {"train.jsonl.bz2": b"BZh9"},
             {},
-            r"with the 'json' builder, but \S+/train.jsonl.bz2 is not named \.jsonl/\.json/\.ndjson "
-            r"\(plain or compressed as \.gz/\.zst\)",
+            r"with the 'json' builder, but \S+/train.jsonl.bz2 is not named "
+            r"\.jsonl/\.json/\.ndjson \(plain or compressed as \.gz/\.zst\)",
         ),
         (
             "org/mixed",

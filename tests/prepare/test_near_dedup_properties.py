@@ -82,8 +82,8 @@ def pairs(draw) -> tuple[str, str]:
 
 
 def _near_removed(keeper: str, other: str) -> bool:
-    """Whether `other`, after `keeper` in one unit, is removed as its near duplicate: fingerprinted by
-    the stage's own reading of a unit, its band keys grouped by the stage's keeper rule."""
+    """Whether `other`, after `keeper` in one unit, is removed as its near duplicate: fingerprinted
+    by the stage's own reading of a unit, its band keys grouped by the stage's keeper rule."""
     config = PrepareConfig(dedup="near")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pair.jsonl")

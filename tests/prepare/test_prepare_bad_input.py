@@ -24,7 +24,8 @@ def _rejects(out: str) -> list[dict]:
 def test_invalid_utf8_is_replaced_and_counted(tmp_path, encoding):
     path = tmp_path / "c.txt"
     path.write_bytes(
-        b"good one\n<|endoftext|>\nbad \xff\xfe bytes\n<|endoftext|>\nalso \xc3 bad\n<|endoftext|>\n"
+        b"good one\n<|endoftext|>\nbad \xff\xfe bytes\n<|endoftext|>\n"
+        b"also \xc3 bad\n<|endoftext|>\n"
     )
     out = str(tmp_path / "out")
     manifest = run_prepare([str(path)], out)
@@ -106,7 +107,10 @@ def test_unreadable_parquet_is_an_error_or_a_recorded_skip(tmp_path, encoding):
 def test_garbage_nul_crlf_and_bom_are_handled(tmp_path, encoding):
     rng = np.random.default_rng(0)
     garbage = rng.integers(0, 256, 20000, dtype=np.uint8).tobytes().replace(b"<|endoftext|>", b"")
-    crlf = b"\xef\xbb\xbffirst line\r\nsecond\x00line\r\n<|endoftext|>\r\n  third doc \r\n<|endoftext|>\r\n"
+    crlf = (
+        b"\xef\xbb\xbffirst line\r\nsecond\x00line\r\n<|endoftext|>\r\n"
+        b"  third doc \r\n<|endoftext|>\r\n"
+    )
     (tmp_path / "crlf.txt").write_bytes(crlf)
     (tmp_path / "garbage.txt").write_bytes(garbage)
     out = str(tmp_path / "out")

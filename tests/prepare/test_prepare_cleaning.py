@@ -173,7 +173,8 @@ def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
     planted = {**corpus.exact, **corpus.near}
     assert set(removed) <= set(planted), "a distinct document was removed"
     assert all(removed[i]["duplicate_of"]["line"] - 1 == planted[i] for i in removed)
-    # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability (1-0.9^8)^14 < 4e-4.
+    # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability
+    # (1-0.9^8)^14 < 4e-4.
     similar = [
         i
         for i, k in corpus.near.items()
@@ -327,7 +328,8 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     done = files_in_place(watched)
     assert 0 < done <= 2 < total, "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    # The rerun takes up the killed pass where it stopped: the units done there are read back, not redone.
+    # The rerun takes up the killed pass where it stopped: the units done there are read back, not
+    # redone.
     assert units_started(command, in_pass=in_pass) == total - done
     assert run_outputs(out) == run_outputs(clean)
 

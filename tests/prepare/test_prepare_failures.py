@@ -1,4 +1,5 @@
-"""Prepare never hangs, never deletes what it did not write, never turns a passing fault into lost data.
+"""Prepare never hangs, never deletes what it did not write, never turns a passing fault into lost
+data.
 
 Every run here goes through the command line with Beam's default local settings (worker processes,
 one per core), as a user runs it: failures that only show across processes show here.
@@ -64,7 +65,8 @@ def test_a_truncated_compressed_file_fails_the_run_with_one_line_naming_it(tmp_p
 
 def test_a_failed_unit_stops_the_run_without_waiting_for_the_others_and_the_rerun_resumes(tmp_path):
     corpus = write_text(str(tmp_path / "c.txt"), sample_documents(600))
-    # Two worker processes on any machine: the failing unit waits for another to be at work beside it.
+    # Two worker processes on any machine: the failing unit waits for another to be at work beside
+    # it.
     args = ["--input", corpus, "--unit-bytes", "4096", "--direct_num_workers=2"]
     assert cli(*args, "--output", str(tmp_path / "clean")).returncode == 0
     out = tmp_path / "out"
@@ -300,7 +302,8 @@ def test_transient_read_errors_are_retried_and_persistent_ones_fail_the_unit(tmp
     assert shards(str(tmp_path / "retried")) == shards(str(tmp_path / "clean"))
     assert json.loads((tmp_path / "retried" / formats.MANIFEST_NAME).read_text())["skipped"] == {}
 
-    # Reads that keep failing fail the unit even with --skip-bad-files: nothing is recorded as skipped.
+    # Reads that keep failing fail the unit even with --skip-bad-files: nothing is recorded as
+    # skipped.
     out = str(tmp_path / "failed")
     line = one_line_error(
         cli(
@@ -384,7 +387,8 @@ def test_a_full_disk_fails_clearly_and_the_run_resumes_once_there_is_room(tmp_pa
     disk.mkdir()
     prepare = f"{sys.executable} -m pipeline prepare {args} --output {disk}/out"
     result = _in_namespace(
-        f"mount -t tmpfs -o size=1m tmpfs {disk} && {prepare} 2> {tmp_path}/full.log; echo $? > {tmp_path}/full.rc; "
+        f"mount -t tmpfs -o size=1m tmpfs {disk} && {prepare} 2> {tmp_path}/full.log; "
+        f"echo $? > {tmp_path}/full.rc; "
         f"mount -o remount,size=64m {disk} && {prepare} && cp -r {disk}/out {tmp_path}/resumed"
     )
     assert result.returncode == 0, result.stderr
@@ -402,7 +406,8 @@ def test_a_read_only_output_gives_one_clear_line(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
     result = _in_namespace(
-        f"mount -t tmpfs -o ro tmpfs {disk} && {sys.executable} -m pipeline prepare --input {corpus} --output {disk}/out"
+        f"mount -t tmpfs -o ro tmpfs {disk} && "
+        f"{sys.executable} -m pipeline prepare --input {corpus} --output {disk}/out"
     )
     line = one_line_error(result)
     assert "Read-only file system" in line and str(disk) in line
@@ -415,7 +420,8 @@ def _peak_rss_of_tree(args: list[str]) -> tuple[subprocess.CompletedProcess, int
         "import resource, subprocess, sys; "
         "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
         "sys.stderr.write(r.stderr); "
-        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024); sys.exit(r.returncode)"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024); "
+        "sys.exit(r.returncode)"
     )
     result = subprocess.run(
         [sys.executable, "-c", script, sys.executable, "-m", "pipeline", "prepare", *args],

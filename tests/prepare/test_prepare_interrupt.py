@@ -1,9 +1,10 @@
-"""Ctrl-C at every phase of a prepare run: one line, status 130, no traceback from any process, and a
-rerun that resumes to the bytes of an uninterrupted run.
+"""Ctrl-C at every phase of a prepare run: one line, status 130, no traceback from any process, and
+a rerun that resumes to the bytes of an uninterrupted run.
 
-The interrupt is sent from inside the run at a named moment (`tests/support/faults/interrupt.py`), to the
-whole process group as a terminal sends it, so what is tested does not depend on the machine's
-speed; busy processes on every core run beside the interrupted run, as on a loaded CI machine.
+The interrupt is sent from inside the run at a named moment (`tests/support/faults/interrupt.py`),
+to the whole process group as a terminal sends it, so what is tested does not depend on the
+machine's speed; busy processes on every core run beside the interrupted run, as on a loaded CI
+machine.
 """
 
 from __future__ import annotations

@@ -218,13 +218,16 @@ if __name__ == "__main__":
 """
 
 # The launcher of a process that has run JAX: the watched job then starts in a fresh interpreter.
-_AFTER_JAX = "import sys, jax; jax.numpy.zeros(1).block_until_ready(); from pipeline.prepare import launcher; launcher.run(sys.argv[1:])"
+_AFTER_JAX = (
+    "import sys, jax; jax.numpy.zeros(1).block_until_ready(); "
+    "from pipeline.prepare import launcher; launcher.run(sys.argv[1:])"
+)
 
 
 @pytest.fixture(scope="module")
 def prism_stand_in(tmp_path_factory) -> None:
-    """Checks that the stand-in for Prism (tests/support/faults/prism.py) reaches a spawned process, and
-    that Beam's DirectRunner tries Prism first: the test below means nothing otherwise."""
+    """Checks that the stand-in for Prism (tests/support/faults/prism.py) reaches a spawned process,
+    and that Beam's DirectRunner tries Prism first: the test below means nothing otherwise."""
     root = tmp_path_factory.mktemp("prism")
     (root / "unpinned.py").write_text(_UNPINNED_IN_A_SPAWNED_CHILD)
     control = subprocess.run(

@@ -1,5 +1,5 @@
-"""The readers on their own: every document read by exactly one unit, whatever the unit size, and long
-documents cut into bounded pieces that join back into the document."""
+"""The readers on their own: every document read by exactly one unit, whatever the unit size, and
+long documents cut into bounded pieces that join back into the document."""
 
 from __future__ import annotations
 

@@ -67,7 +67,8 @@ _PLAIN_LINES = st.one_of(
 
 
 def _long_document(draw) -> str:
-    """Over the cut bound: words (cut at whitespace) or one unbroken run (cut between characters)."""
+    """Over the cut bound: words (cut at whitespace) or one unbroken run (cut between
+    characters)."""
     if draw(st.booleans()):
         return " ".join(f"w{i}é" for i in range(draw(st.integers(300, 600))))
     return draw(st.sampled_from(["é", "日", "x", "🙂"])) * draw(st.integers(700, 1500))

@@ -1,4 +1,5 @@
-"""The README's Layout table names every module of the packages it lists, and only modules that exist."""
+"""The README's Layout table names every module of the packages it lists, and only modules that
+exist."""
 
 from __future__ import annotations
 

@@ -379,7 +379,8 @@ def test_the_installed_console_script_runs_its_commands_beside_modules_of_the_sa
     assert (result.returncode, result.stderr.strip().splitlines()) == (
         1,
         [
-            "train: error: jax is not installed; this command needs the 'train' extra: pip install 'tokshards[train]'"
+            "train: error: jax is not installed; this command needs the 'train' extra: "
+            "pip install 'tokshards[train]'"
         ],
     )
 
@@ -389,7 +390,10 @@ def test_an_installed_launcher_needs_a_setup_file_or_a_container_only_for_runner
     worker_venv, tmp_path
 ):
     def staged(args: list[str]) -> subprocess.CompletedProcess:
-        code = f"from pipeline.prepare.execution.worker_environment import staging_options as s; print(s({args!r}, '.'))"
+        code = (
+            "from pipeline.prepare.execution.worker_environment import staging_options as s; "
+            f"print(s({args!r}, '.'))"
+        )
         return worker_venv.run(["-c", code], cwd=str(tmp_path), timeout=60)
 
     result = staged(DATAFLOW)
@@ -436,7 +440,8 @@ def test_installed_sdist_prepares_the_same_bytes_as_the_source_tree(worker_venv,
 _POOL_SCRIPT = """
 set -e
 ip link set lo up
-(cd "$POOL_DIR" && PATH="$VENV_BIN:$PATH" exec "$VENV_BIN/python" -m apache_beam.runners.worker.worker_pool_main \\
+(cd "$POOL_DIR" && PATH="$VENV_BIN:$PATH" exec "$VENV_BIN/python" \\
+    -m apache_beam.runners.worker.worker_pool_main \\
     --service_port=50000 > "$POOL_DIR/worker_pool.log" 2>&1) &
 pool=$!
 trap 'kill -INT $pool 2>/dev/null; sleep 1; kill -KILL $pool 2>/dev/null || true' EXIT

@@ -75,9 +75,11 @@ if __name__ == "__main__":
     tokens = next(make_iterator(mixed))["source_tokens"]
     print(json.dumps({
         "batch": {name: [str(array.dtype), list(array.shape)] for name, array in batch.items()},
-        "deterministic": sorted(first) == sorted(batch) and all((first[k] == batch[k]).all() for k in batch),
+        "deterministic": sorted(first) == sorted(batch)
+            and all((first[k] == batch[k]).all() for k in batch),
         "state": [type(x).__name__ for x in leaves(state)],
-        "resumed": sorted(after) == sorted(second) and all((after[k] == second[k]).all() for k in second),
+        "resumed": sorted(after) == sorted(second)
+            and all((after[k] == second[k]).all() for k in second),
         "source_tokens": [str(tokens.dtype), list(tokens.shape), int(tokens.sum())],
         "source_names": list(mixed.source_names),
     }))

@@ -139,7 +139,8 @@ def test_the_saved_field_names_do_not_change():
 def test_the_manifest_schema_config_is_derived_from_the_declarations():
     config = JSON_SCHEMA["properties"]["config"]
     assert list(config["properties"]) == [f.name for f in dataclasses.fields(PrepareConfig)]
-    # What version 3 manifests hold is required; what came with version 5 takes its default when missing.
+    # What version 3 manifests hold is required; what came with version 5 takes its default when
+    # missing.
     assert "decontaminate_ngram" in config["required"] and "near_bands" not in config["required"]
     assert config["properties"]["validation_fraction"] == {
         "type": "number",

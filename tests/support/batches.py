@@ -1,5 +1,6 @@
 """Loader batches in tests: taken from an iterator, compared exactly, and a two-source mixture whose
-every token says which source it came from (the `sources` fixture, a plugin of the root conftest)."""
+every token says which source it came from (the `sources` fixture, a plugin of the root
+conftest)."""
 
 from __future__ import annotations
 

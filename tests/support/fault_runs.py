@@ -17,8 +17,9 @@ FAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
 
 
 def fault_env(env: dict[str, str] | None = None, **faults: str) -> dict[str, str]:
-    """`env` (this process's by default) with `faults` set and tests/support/faults/ on PYTHONPATH, so that
-    every Python process of a run started with it installs them as it starts (see its sitecustomize)."""
+    """`env` (this process's by default) with `faults` set and tests/support/faults/ on PYTHONPATH,
+    so that every Python process of a run started with it installs them as it starts (see its
+    sitecustomize)."""
     env = dict(os.environ if env is None else env)
     return {**env, "PYTHONPATH": os.pathsep.join([FAULTS, env.get("PYTHONPATH", "")]), **faults}
 
@@ -26,9 +27,9 @@ def fault_env(env: dict[str, str] | None = None, **faults: str) -> dict[str, str
 def _prepare_starting_units(
     args: list[str], *, in_pass: str, env: dict[str, str] | None, timeout: float, **faults: str
 ) -> tuple[subprocess.CompletedProcess, int, bool]:
-    """Runs `python -m pipeline prepare ARGS` in a process group of its own with tests/support/faults/unit_starts.py
-    installed for the pass `in_pass`; returns the run, how many units started the pass, and whether
-    the run was killed."""
+    """Runs `python -m pipeline prepare ARGS` in a process group of its own with
+    tests/support/faults/unit_starts.py installed for the pass `in_pass`; returns the run, how many
+    units started the pass, and whether the run was killed."""
     with tempfile.TemporaryDirectory() as state:
         command = [sys.executable, "-m", "pipeline", "prepare", *args]
         process = subprocess.Popen(
@@ -95,9 +96,10 @@ def kill_prepare_when(
     env: dict[str, str] | None = None,
 ) -> None:
     """Starts `python -m pipeline prepare ARGS` in a process group of its own and SIGKILLs the whole
-    group (the launcher and its workers) once `done()` counts `at_least`, or after `timeout`: for runs
-    whose units run outside the launcher's processes (a Dask cluster's), where no fault reaches;
-    elsewhere `kill_prepare_part_way` kills at a named point instead, whatever the timing."""
+    group (the launcher and its workers) once `done()` counts `at_least`, or after `timeout`: for
+    runs whose units run outside the launcher's processes (a Dask cluster's), where no fault
+    reaches; elsewhere `kill_prepare_part_way` kills at a named point instead, whatever the
+    timing."""
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "prepare", *args],
         cwd=REPO,

@@ -1,5 +1,5 @@
-"""A loopback stand-in for the Hugging Face Hub's dataset API (and the model API's repo info and file
-downloads, for hub tokenizers), so hub tests never touch the network.
+"""A loopback stand-in for the Hugging Face Hub's dataset API (and the model API's repo info and
+file downloads, for hub tokenizers), so hub tests never touch the network.
 
 It serves snapshots of local directories as dataset repositories through the endpoints that
 `huggingface_hub` and `datasets` call to resolve a dataset and read its files: repo info, tree

@@ -72,7 +72,8 @@ def shifted(source: str, directory: str, offset: int) -> str:
 
 
 def _byte_of_char() -> dict[str, int]:
-    """The inverse of GPT-2's byte-to-character table that byte-level BPE vocabularies are written in."""
+    """The inverse of GPT-2's byte-to-character table that byte-level BPE vocabularies are written
+    in."""
     printable = [
         *range(ord("!"), ord("~") + 1),
         *range(ord("¡"), ord("¬") + 1),

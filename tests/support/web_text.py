@@ -1,5 +1,6 @@
-"""Web-like text of the kinds quality filters judge: prose, menus, boilerplate, repeated lines, code,
-bullets, ellipses, very short and very long documents. What the filter tests and benchmark run on.
+"""Web-like text of the kinds quality filters judge: prose, menus, boilerplate, repeated lines,
+code, bullets, ellipses, very short and very long documents. What the filter tests and benchmark run
+on.
 
 Sentences are drawn from a small English vocabulary with its stop words, so prose passes the
 Gopher, C4 and FineWeb rules while the other kinds fail one rule or another.

@@ -125,7 +125,8 @@ def create_worker_venv(root: str, sdist: str) -> WorkerVenv:
 
 def required_distributions(wheel: str) -> list[importlib.metadata.Distribution]:
     """The dev environment's distributions that the wheel's base requirements need, and theirs: the
-    closure a resolver installs, at the versions installed here, markers evaluated for this Python."""
+    closure a resolver installs, at the versions installed here, markers evaluated for this
+    Python."""
     with zipfile.ZipFile(wheel) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = email.parser.Parser().parsestr(archive.read(name).decode())
@@ -143,7 +144,8 @@ def required_distributions(wheel: str) -> list[importlib.metadata.Distribution]:
             found[key] = importlib.metadata.distribution(key)
         except importlib.metadata.PackageNotFoundError:
             raise RuntimeError(
-                f"{requirement} is needed by the worker install but not installed here; run `make venv`"
+                f"{requirement} is needed by the worker install but not installed here; "
+                "run `make venv`"
             ) from None
         extras[key] = extras.get(key, set()) | requirement.extras
         for line in found[key].requires or []:

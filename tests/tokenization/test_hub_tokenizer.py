@@ -1,5 +1,6 @@
-"""A hub model's tokenizer (`hf:ORG/NAME`), resolved to a commit and read from the loopback stand-in:
-the manifest records the pinned commit, and a push to `main` afterwards changes nothing a rerun reads."""
+"""A hub model's tokenizer (`hf:ORG/NAME`), resolved to a commit and read from the loopback
+stand-in: the manifest records the pinned commit, and a push to `main` afterwards changes nothing a
+rerun reads."""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ from support.runs import REPO
 from support.tokenizer_files import VARIED, _training_text
 
 # Pieces of text with many places to cut and many that look like one: runs of spaces, newlines
-# and tabs, punctuation before spaces, digits, contractions, combining marks, scripts without spaces.
+# and tabs, punctuation before spaces, digits, contractions, combining marks, scripts without
+# spaces.
 _PARTS = [
     "word",
     "Word",
@@ -55,8 +56,12 @@ _PARTS = [
     "#",
     "<|endoftext|>",
 ]
-# Llama 3's split pattern, as its tokenizer.json writes it (cl100k's, without possessive quantifiers).
-LLAMA3_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# Llama 3's split pattern, as its tokenizer.json writes it (cl100k's, without possessive
+# quantifiers).
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 TEXTS = st.lists(st.sampled_from(_PARTS), min_size=20, max_size=300).map("".join)
 
 
@@ -111,8 +116,9 @@ def _wordpiece(directory) -> tokenizers.Tokenizer:
 
 
 def _prepending_bpe(directory) -> tokenizers.Tokenizer:
-    """Llama 2's converted layout: a prefix and spaces as U+2581 in the normalizer, no pre-tokenizer,
-    so a piece would gain a prefix the whole document has once: it must not be cut."""
+    """Llama 2's converted layout: a prefix and spaces as U+2581 in the normalizer, no
+    pre-tokenizer, so a piece would gain a prefix the whole document has once: it must not be
+    cut."""
     tokenizer = tokenizers.Tokenizer(models.BPE(byte_fallback=True))
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
@@ -204,7 +210,11 @@ import sys
 from pipeline.tokenization import load_tokenizer
 
 def peak():  # this process's own high-water mark (ru_maxrss starts from the parent's at fork)
-    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    return next(
+        int(line.split()[1]) * 1024
+        for line in open("/proc/self/status")
+        if line.startswith("VmHWM")
+    )
 
 tokenizer = load_tokenizer(sys.argv[1])
 text = open(sys.argv[2]).read()
@@ -227,6 +237,7 @@ print(len(flat), before, peak())
         ).stdout.split(),
     )
     print(
-        f"20 MB document: {ids} ids; peak RSS {peak / 2**20:.0f} MiB, {before / 2**20:.0f} MiB before encoding"
+        f"20 MB document: {ids} ids; peak RSS {peak / 2**20:.0f} MiB, {before / 2**20:.0f} MiB "
+        "before encoding"
     )
     assert ids > 4_000_000 and peak - before < 300 * 2**20

@@ -1,6 +1,6 @@
-"""Every backend's ids equal its reference library's own encoding plus the boundary ids, special-token
-text stays text, and specs that do not fix the ids are refused. Tokenizer files are built here,
-offline (tests/support/tokenizer_files.py)."""
+"""Every backend's ids equal its reference library's own encoding plus the boundary ids,
+special-token text stays text, and specs that do not fix the ids are refused. Tokenizer files are
+built here, offline (tests/support/tokenizer_files.py)."""
 
 from __future__ import annotations
 
@@ -84,8 +84,8 @@ def test_gpt2_is_tiktokens_gpt2_layout(encoding):
 
 # GPT-2's ids as published apart from this project and from tiktoken's table: the docstring of
 # Hugging Face transformers' GPT2Tokenizer (src/transformers/models/gpt2/tokenization_gpt2.py) shows
-# tokenizer("Hello world")["input_ids"] == [15496, 995] and tokenizer(" Hello world")["input_ids"] ==
-# [18435, 995]; GPT-2's end of text, <|endoftext|>, is 50256 (eos_token_id in its config.json).
+# tokenizer("Hello world")["input_ids"] == [15496, 995] and tokenizer(" Hello world")["input_ids"]
+# == [18435, 995]; GPT-2's end of text, <|endoftext|>, is 50256 (eos_token_id in its config.json).
 PUBLISHED_GPT2 = {"Hello world": [15496, 995], " Hello world": [18435, 995]}
 PUBLISHED_GPT2_EOT = 50256
 

@@ -86,8 +86,8 @@ def test_prepare_train_sample_with_a_vocabulary_above_65536(tmp_path):
         text=True,
     )
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
-        f"train: error: --vocab-size must hold the data's vocabulary of {n_vocab} ids; leave it out to take the data's, "
-        "got 50257"
+        f"train: error: --vocab-size must hold the data's vocabulary of {n_vocab} ids; leave it "
+        "out to take the data's, got 50257"
     )
     _run(
         "train",

@@ -20,7 +20,8 @@ SMALL = GPTConfig(vocab_size=512, max_seq_len=16, num_layers=1, num_heads=2, wid
 
 
 def _packed_batch(rng: np.random.Generator, real: list[int]) -> dict[str, np.ndarray]:
-    """Rows like document packing's: the first `real[i]` tokens of row i are one document, the rest padding."""
+    """Rows like document packing's: the first `real[i]` tokens of row i are one document, the rest
+    padding."""
     tokens = rng.integers(0, SMALL.vocab_size, (len(real), 17)).astype(np.int32)
     segments = (np.arange(16)[None] < np.array(real)[:, None]).astype(np.int32)
     return {
@@ -42,7 +43,8 @@ def test_eval_loss_weights_every_real_token_alike():
         loss_sum, tokens = eval_totals(
             steps, steps.arrays, grain.MapDataset.source(batches).to_iter_dataset(), 2, mesh
         )
-        # The reference: every real token's loss, straight from the logits, pooled over both batches.
+        # The reference: every real token's loss, straight from the logits, pooled over both
+        # batches.
         token_losses, batch_means = [], []
         for b in batches:
             logits = model(b["inputs"], segment_ids=b["segment_ids"], positions=b["positions"])

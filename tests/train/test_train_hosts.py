@@ -219,7 +219,8 @@ jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
 from train.host_batches import FedBatches, settle
 from train.mesh import HostShards
 from train.processes import gather_int64
-fed = FedBatches(HostShards((0,), 1), num_sources=0, rows=2)  # both feed all rows, as with --mesh model=2
+# both feed all rows, as with --mesh model=2
+fed = FedBatches(HostShards((0,), 1), num_sources=0, rows=2)
 fed.add({"inputs": np.full((2, 4), 7, np.int32)}, rows=True)
 settle(gather_int64(fed.report()), 0, step=1)
 fed.add({"inputs": np.full((2, 4), jax.process_index(), np.int32)}, rows=True)
@@ -264,7 +265,8 @@ def test_processes_started_with_different_settings_all_stop(stories_dataset, tmp
     for r in results:
         assert r.returncode == 2, r.stderr[-3000:]  # a usage error, on every process
         assert r.stderr.strip().splitlines()[-1] == (
-            "train: error: processes 0 and 1 were started with different settings; give every process the same flags"
+            "train: error: processes 0 and 1 were started with different settings; give every "
+            "process the same flags"
         )
     assert not os.path.exists(os.path.join(workdir, "config.json"))
 
@@ -285,7 +287,8 @@ def test_a_resume_refused_on_one_process_stops_all(stories_dataset, tmp_path):
             -3000:
         ]  # a usage error, told alike on the process that did not see it
         assert r.stderr.strip().splitlines()[-1] == (
-            "train: error: --batch-size 8 differs from the saved run's 4; drop the flag or use another --workdir"
+            "train: error: --batch-size 8 differs from the saved run's 4; drop the flag or use "
+            "another --workdir"
         )
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f)["steps"] == 3

@@ -1,5 +1,5 @@
-"""The loop keeps the device fed: steps that neither log, evaluate nor checkpoint read nothing from it,
-the logged learning rate is computed on the host, and checkpoints are written in the background
+"""The loop keeps the device fed: steps that neither log, evaluate nor checkpoint read nothing from
+it, the logged learning rate is computed on the host, and checkpoints are written in the background
 without a kill mid-save ever leaving one that restores wrongly."""
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def guard_on_cpu(monkeypatch):
 def test_a_step_that_neither_logs_nor_checkpoints_reads_nothing_from_the_device(
     stories_dataset, tmp_path, monkeypatch, guard_on_cpu
 ):
-    # Quiet steps (1 is checked, 3 and 6 logged, 4 evaluated and checkpointed, 7 the last) around them.
+    # Quiet steps (1 is checked, 3 and 6 logged, 4 evaluated and checkpointed, 7 the last) around
+    # them.
     result = train(_config(stories_dataset, str(tmp_path / "run"), steps=7, log_every=3))
     assert result["step"] == 7
     rows = read_rows(os.path.join(str(tmp_path / "run"), METRICS_NAME))
@@ -139,8 +140,9 @@ from model.config import preset
 from train.config import TrainConfig
 from train.trainer import train
 model = preset("tiny", width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-train(TrainConfig(data=data, workdir=workdir, model=model, steps=8, batch_size=4, seq_len=32, warmup_steps=2,
-                  learning_rate=3e-3, checkpoint_every=4, eval_every=4, eval_batches=1))
+train(TrainConfig(data=data, workdir=workdir, model=model, steps=8, batch_size=4, seq_len=32,
+                  warmup_steps=2, learning_rate=3e-3, checkpoint_every=4, eval_every=4,
+                  eval_batches=1))
 """
 
 

@@ -20,7 +20,8 @@ WEIGHTS = {"web": 0.75, "stories": 0.25}
 
 
 def _source(path: str, ids: tuple[int, int], seed: int) -> str:
-    """A prepared directory whose tokens all lie in `ids`: its rows are told apart from the other's."""
+    """A prepared directory whose tokens all lie in `ids`: its rows are told apart from the
+    other's."""
     rng = np.random.default_rng(seed)
 
     def documents(n: int) -> list[np.ndarray]:
@@ -76,7 +77,8 @@ def test_a_mixture_logs_per_source_eval_losses_and_realized_shares(spec, tmp_pat
     assert all(
         r["source_share/web"] + r["source_share/stories"] == pytest.approx(1.0) for r in steps
     )
-    # Cumulative over 12 x 8 x 32 target tokens; the mixture interleaves whole records of up to 64 tokens.
+    # Cumulative over 12 x 8 x 32 target tokens; the mixture interleaves whole records of up to 64
+    # tokens.
     for name, weight in WEIGHTS.items():
         assert result[f"source_share/{name}"] == pytest.approx(weight, abs=0.05)
 

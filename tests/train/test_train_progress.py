@@ -39,8 +39,8 @@ def test_plain_progress_writes_a_line_every_tenth_of_the_steps_or_30_seconds_wit
     assert steps[4:] == [*range(46, 100, 6), 100]  # then every 30 seconds (6 steps), and the last
     # At step 10, 9 steps took 0.9 s since the first logged one: 90 steps to go take 9 s.
     assert (
-        lines[0]
-        == "step 10/100 | loss 90.000 | lr 1.00e-03 | tokens/s 2.00k | elapsed 0:00:01 | ETA 0:00:09"
+        lines[0] == "step 10/100 | loss 90.000 | lr 1.00e-03 | tokens/s 2.00k | "
+        "elapsed 0:00:01 | ETA 0:00:09"
     )
     # At step 46 the ETA follows the rate since the first logged step (which waited for compiling).
     elapsed, first_at = 4.0 + 6 * 5.0, 0.1
@@ -144,5 +144,6 @@ def test_sampling_windows_are_the_trained_context(monkeypatch):
         stop_token=None,
         context=8,
     )
-    # A model trained on 8-token rows sees the last 8 tokens, in an 8-wide window, whatever its max_seq_len.
+    # A model trained on 8-token rows sees the last 8 tokens, in an 8-wide window, whatever its
+    # max_seq_len.
     assert windows == [((1, 8), 7)] * 3

@@ -82,8 +82,8 @@ def test_decay_steps_on_resume_sets_a_new_horizon(prepared, tmp_path, capsys):
     code, out, err = _run(capsys, "--workdir", workdir, "--steps", "20", "--decay-steps", "30")
     assert code == 0, err
     assert (
-        "train: --decay-steps 30: the learning-rate schedule's horizon moves from step 10 to step 30"
-        in out
+        "train: --decay-steps 30: the learning-rate schedule's horizon moves from step 10 "
+        "to step 30" in out
     )
     rows = _train_rows(workdir)
     assert rows[-1]["step"] == 20 and rows[-1]["lr"] > 2e-4  # still decaying towards step 30

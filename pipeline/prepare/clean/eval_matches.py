@@ -43,7 +43,8 @@ def write_eval_matches(output_dir: str, total: tuple[np.ndarray, np.ndarray]) ->
 
 
 def read_eval_matches(output_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    """What `write_eval_matches` kept: each matched eval n-gram's index and its count of documents."""
+    """What `write_eval_matches` kept: each matched eval n-gram's index and its count of
+    documents."""
     with (
         storage.open_raw(eval_matches_path(output_dir)) as f,
         np.load(io.BytesIO(f.read())) as arrays,

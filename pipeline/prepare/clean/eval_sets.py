@@ -80,7 +80,8 @@ def _json_lines(path: str, text: str) -> Iterator[str]:
 
 
 def examples(path: str, separator: str) -> Iterator[str]:
-    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the format."""
+    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the
+    format."""
     name = path.lower().removesuffix(".gz").removesuffix(".zst")
     if name.endswith(".parquet"):
         for row in pq.read_table(io.BytesIO(_contents(path))).to_pylist():
@@ -107,7 +108,8 @@ class EvalFileStats:
 
 
 def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, EvalFileStats]:
-    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can match."""
+    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can
+    match."""
     hashes, count = [], 0
     for example in examples(path, separator):
         if example.strip():
@@ -116,8 +118,8 @@ def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, Eva
     unique = np.unique(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
     if not count:
         raise EvalSetError(
-            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a text file); "
-            "check the file, or its name's suffix, which says how it is read"
+            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a "
+            "text file); check the file, or its name's suffix, which says how it is read"
         )
     if not len(unique):
         raise EvalSetError(
@@ -165,7 +167,8 @@ def eval_set(
     for path, expected in zip(paths, digests):
         if file_sha256(path) != expected:
             raise EvalSetError(
-                f"{path} changed since this run started (sha256 {expected}); rerun to decontaminate against it as it is now"
+                f"{path} changed since this run started (sha256 {expected}); rerun to "
+                "decontaminate against it as it is now"
             )
     return EvalSet(paths, ngram, separator)
 

@@ -32,7 +32,8 @@ def bucket_count(units: int) -> int:
 def _keyed_by_bucket(
     kind: str, places: np.ndarray, locations: np.ndarray, keys: np.ndarray, buckets: int
 ) -> Iterator[Keyed]:
-    """`((kind, bucket), (places, locations, keys))` per bucket that gets keys; keys are rows of uint64s."""
+    """`((kind, bucket), (places, locations, keys))` per bucket that gets keys; keys are rows of
+    uint64s."""
     bucket_of = (keys[:, 0] % np.uint64(buckets)).astype(np.int64)
     order = np.argsort(bucket_of, kind="stable")
     bounds = np.flatnonzero(np.diff(bucket_of[order])) + 1

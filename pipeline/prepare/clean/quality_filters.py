@@ -2,9 +2,10 @@
 
 The rules are datatrove's (Gopher quality and repetition, C4, FineWeb), called as its pipeline calls
 them: one `Document` passed through the filters in the order asked for, the first that returns
-False removing it (its words split once for them all: see `shared_words`). A removal's reason is `filter:NAME:REASON`, REASON being what that filter gives
-(`gopher_short_doc`, `dup_line_frac`, ...), or `filter:NAME` where it gives none. Parameters are
-the filter classes' keyword arguments, their defaults datatrove's.
+False removing it (its words split once for them all: see `shared_words`). A removal's reason is
+`filter:NAME:REASON`, REASON being what that filter gives (`gopher_short_doc`, `dup_line_frac`,
+...), or `filter:NAME` where it gives none. Parameters are the filter classes' keyword arguments,
+their defaults datatrove's.
 
 A filter may also change the documents it keeps (datatrove's C4 filter drops their lines without
 terminal punctuation, or about javascript or cookies): the kept text is then the filters' text, the
@@ -79,7 +80,8 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
     name, dot, key = target.partition(".")
     if not sep or not dot or not name or not key:
         raise FilterError(
-            f"a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got {text!r})"
+            "a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got "
+            f"{text!r})"
         )
     try:
         value = json.loads(raw)
@@ -98,7 +100,8 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> 
     for name, values in params.items():
         if name not in names:
             raise FilterError(
-                f"parameters given for {name!r}, which is not in --filter {','.join(names) or '(none)'}"
+                f"parameters given for {name!r}, which is not in --filter "
+                f"{','.join(names) or '(none)'}"
             )
         known = parameters(name)
         unknown = sorted(set(values) - set(known))
@@ -147,7 +150,8 @@ class QualityFilters:
                 kept, why = self._result(rule.filter(document))
             except (TypeError, ValueError, ZeroDivisionError) as e:
                 raise FilterError(
-                    f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters"
+                    f"filter {name} failed on a document ({type(e).__name__}: {e}); check its "
+                    "parameters"
                 ) from e
             if not kept:
                 return (f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"), text

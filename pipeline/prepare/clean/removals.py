@@ -60,7 +60,8 @@ def duplicates(
     reason: str, parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> Iterator[tuple[int, int, str, int, int]]:
     """`(unit, number, reason, keeper place, keeper location)` of every document whose key an
-    earlier document has, from `(places, locations, keys)` parts, keys being rows of uint64 columns."""
+    earlier document has, from `(places, locations, keys)` parts, keys being rows of uint64
+    columns."""
     parts = list(parts)
     places = np.concatenate([p for p, _, _ in parts])
     locations = np.concatenate([loc for _, loc, _ in parts])
@@ -118,7 +119,8 @@ def removal_entries(
     filtered: Iterable[list],
 ) -> list[dict[str, Any]]:
     """A unit's removed documents: its duplicates (`candidates`, see `merge`), its contaminated
-    documents (number: eval file) and those the quality filters removed (`[number, reason, excerpt]`)."""
+    documents (number: eval file) and those the quality filters removed
+    (`[number, reason, excerpt]`)."""
     entries = [duplicate_entry(n, *found) for n, found in merge(candidates).items()]
     entries += [contaminated_entry(n, file) for n, file in contaminated.items()]
     entries += [filtered_entry(n, reason) for n, reason, _ in filtered]
@@ -146,7 +148,8 @@ def write_removal_list(
 
 
 def mark_cleaned(context: RunContext) -> None:
-    """Written last, once every unit's removal list is: the cleaning stage is complete for this plan."""
+    """Written last, once every unit's removal list is: the cleaning stage is complete for this
+    plan."""
     storage.write_bytes_atomic(cleaned_path(context.output_dir), context.plan.encode())
 
 
@@ -178,7 +181,8 @@ def write_removals_file(
 ) -> tuple[dict[str, int], list[int]]:
     """`removals.jsonl` from the units' lists, in input order, each document named by its input and
     its line or row there (and its id field's value where it has one); returns the counts per reason
-    and per eval file. `newlines_before` holds each unit's newlines before its range in its input."""
+    and per eval file. `newlines_before` holds each unit's newlines before its range in its
+    input."""
     by_index = {u.index: u for u in units}
     reasons: collections.Counter[str] = collections.Counter()
     per_eval = [0] * len(eval_paths)

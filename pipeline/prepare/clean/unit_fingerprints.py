@@ -52,10 +52,10 @@ _NOT_ARRAYS = (*_JSON_FIELDS, "edits")
 class UnitFingerprints:
     """Per document number: `locations` (see `documents`) and `ids` (the id field's values, JSON
     values, or None). `exact_keys` are 16-byte keys as two uint64 columns, `near_keys` one band key
-    per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]` (their
-    indices in the `EvalSet`), with the first file holding each in `eval_files`, for the `i`-th of
-    `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document the
-    quality filters removed."""
+    per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]`
+    (their indices in the `EvalSet`), with the first file holding each in `eval_files`, for the
+    `i`-th of `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document
+    the quality filters removed."""
 
     unit: int
     documents: int

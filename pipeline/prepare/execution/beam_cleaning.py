@@ -1,5 +1,5 @@
-"""The cleaning stage as a Beam pipeline, run before the tokenizing one when `--filter`, `--dedup` or
-`--decontaminate` is asked for. What each step does is the clean step's (`clean/`); here they are
+"""The cleaning stage as a Beam pipeline, run before the tokenizing one when `--filter`, `--dedup`
+or `--decontaminate` is asked for. What each step does is the clean step's (`clean/`); here they are
 strung together:
 
     units -> Fingerprint (per unit: quality filters, then fingerprints; kept in the state directory)

@@ -1,5 +1,5 @@
-"""Work units as Beam elements, and a stage's pipeline run on the pinned local runner or submitted to
-a remote one.
+"""Work units as Beam elements, and a stage's pipeline run on the pinned local runner or submitted
+to a remote one.
 
 One element is one whole work unit, so per-element overhead is paid once per ~16 MB of input. A
 stage's DoFns never raise: a failed unit is recorded (see `failures`), and a unit that starts after
@@ -36,7 +36,8 @@ Build = Callable[[beam.Pipeline, list[WorkUnit], RunContext], None]
 
 
 def failure_of(unit: WorkUnit, error: BaseException) -> UnitFailure:
-    """One line naming the input and the reason; expected kinds need no traceback to be understood."""
+    """One line naming the input and the reason; expected kinds need no traceback to be
+    understood."""
     if isinstance(error, (SourceError, InputChangedError)):
         message = str(error)
     elif is_transient(error):

@@ -69,7 +69,8 @@ def with_retries(
     backoff: float = FIRST_BACKOFF_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """`attempt()`, again after a transient error, waiting `backoff`, then twice as long, and so on."""
+    """`attempt()`, again after a transient error, waiting `backoff`, then twice as long, and so
+    on."""
     failures = 0
     while True:
         try:

@@ -220,6 +220,6 @@ def run_remote(
         return
     missing = sorted(wanted - finished())
     raise JobError(
-        f"the pipeline ended ({' '.join(outcome.get('state', 'no state').split())[:300]}) with units "
-        f"{missing[:10]} unrecorded; see the runner's logs"
+        f"the pipeline ended ({' '.join(outcome.get('state', 'no state').split())[:300]}) with "
+        f"units {missing[:10]} unrecorded; see the runner's logs"
     )

@@ -11,8 +11,8 @@ How Beam (2.77) installs what is staged, on each worker of its default container
 downloads nothing: `--requirements_cache=skip` stops it from `pip download`ing every pinned
 package for the workers' platform and uploading them all at every launch; the workers fetch the
 pinned wheels from PyPI as they start. A custom container (`--sdk_container_image`) is built with
-its packages (`python -m pipeline.prepare.execution.worker_environment > requirements.txt` writes them), and
-nothing is staged for it.
+its packages (`python -m pipeline.prepare.execution.worker_environment > requirements.txt` writes
+them), and nothing is staged for it.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def _own_requirements(extras: Sequence[str]) -> list[Requirement]:
         distribution = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         raise RuntimeError(
-            f"{DISTRIBUTION} is not installed in this environment ({sys.prefix}), so its requirements "
-            "are unknown; install it from the checkout: pip install -e '.[gcp]'"
+            f"{DISTRIBUTION} is not installed in this environment ({sys.prefix}), so its "
+            "requirements are unknown; install it from the checkout: pip install -e '.[gcp]'"
         ) from None
     declared = distribution.metadata.get_all("Provides-Extra") or []
     unknown = sorted(set(extras) - set(declared))
@@ -212,23 +212,27 @@ def _checkout_setup_file() -> str:
     if not os.path.isfile(path):
         raise ValueError(
             f"no setup.py at {root}: tokshards runs from an installed package, not a checkout, so "
-            "there is nothing to build for the workers; run from a checkout (pip install -e '.[gcp]'), "
-            "or pass --setup_file=CHECKOUT/setup.py, or --sdk_container_image=IMAGE with tokshards in it"
+            "there is nothing to build for the workers; run from a checkout "
+            "(pip install -e '.[gcp]'), or pass --setup_file=CHECKOUT/setup.py, or "
+            "--sdk_container_image=IMAGE with tokshards in it"
         )
     return path
 
 
 def requirements_text(extras: Sequence[str] = ()) -> str:
     """A pip requirements file of `worker_requirements`, saying where its versions come from."""
-    header = f"# prepare workers: the versions installed on the launcher (Python {platform.python_version()})\n"
+    header = (
+        "# prepare workers: the versions installed on the launcher (Python "
+        f"{platform.python_version()})\n"
+    )
     return header + "".join(pin + "\n" for pin in worker_requirements(extras))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.prepare.execution.worker_environment",
-        description="Print the pins of what prepare's workers need, at the versions installed here: "
-        "the requirements of a custom worker container (--sdk_container_image).",
+        description="Print the pins of what prepare's workers need, at the versions installed "
+        "here: the requirements of a custom worker container (--sdk_container_image).",
     )
     parser.add_argument(
         "--extra", action="append", default=[], help="an extra the runs need too (hf); repeatable"

@@ -39,9 +39,9 @@ class SourceError(RunError, RuntimeError):
 
 
 # A text or JSON Lines unit is binary when this share of its first bytes are NUL bytes, or bytes of
-# no valid UTF-8 character. Text with a stray NUL or a few Latin-1 bytes passes; executables, images,
-# archives, UTF-16 and 8-bit encodings of other scripts do not. A sample smaller than the minimum
-# tells too little.
+# no valid UTF-8 character. Text with a stray NUL or a few Latin-1 bytes passes; executables,
+# images, archives, UTF-16 and 8-bit encodings of other scripts do not. A sample smaller than the
+# minimum tells too little.
 BINARY_SAMPLE_BYTES = 64 * 2**10
 BINARY_MIN_BYTES = 512
 BINARY_SHARE = 0.1
@@ -62,8 +62,9 @@ def check_text(sample: bytes, where: str) -> None:
         invalid = max(len(sample) - len(sample.decode("utf-8", "ignore").encode("utf-8")) - 6, 0)
     if max(nul, invalid) >= BINARY_SHARE * len(sample):
         raise SourceError(
-            f"{where} looks binary, not UTF-8 text ({nul} NUL bytes and {invalid} bytes of no UTF-8 character "
-            f"in its first {len(sample)}); remove it from the inputs, or pass --skip-bad-files to skip it",
+            f"{where} looks binary, not UTF-8 text ({nul} NUL bytes and {invalid} bytes of no "
+            f"UTF-8 character in its first {len(sample)}); remove it from the inputs, or pass "
+            "--skip-bad-files to skip it",
             BINARY_FILE,
         )
 
@@ -86,7 +87,8 @@ class ContentDigest:
 
 class Source(Protocol):
     def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
-        """The `(start, end)` of each unit of the input, from its metadata (at most a file footer)."""
+        """The `(start, end)` of each unit of the input, from its metadata (at most a file
+        footer)."""
 
     def read(
         self,

@@ -207,7 +207,8 @@ class ParquetSource(_ColumnarSource):
         )
         if column is None:
             raise SourceError(
-                f"{path}: column {field!r} is nested, not text; pass --text-field with a string column"
+                f"{path}: column {field!r} is nested, not text; pass --text-field with a string "
+                "column"
             )
         return [
             (

@@ -139,7 +139,8 @@ def resolve_local_dataset(
 
 
 def open_hub_file(url: str) -> BinaryIO:
-    """A seekable binary reader of a pinned file that fetches only the ranges read (HTTP `Range`)."""
+    """A seekable binary reader of a pinned file that fetches only the ranges read (HTTP
+    `Range`)."""
     with _pinned(url) as fs:
         return fs.open(url, "rb", block_size=_READAHEAD_BYTES, cache_type="readahead")
 
@@ -189,7 +190,8 @@ def _dataset_info(repo_id: str, revision: str | None) -> DatasetInfo:
         ) from None
     except RevisionNotFoundError:
         raise HubError(
-            f"Hugging Face dataset {repo_id!r} has no revision {revision!r}; pass a branch, tag or commit sha"
+            f"Hugging Face dataset {repo_id!r} has no revision {revision!r}; pass a branch, tag or "
+            "commit sha"
         ) from None
     except RepositoryNotFoundError:
         raise HubError(
@@ -212,7 +214,8 @@ def _builder(
         if gated:
             raise HubError(
                 f"{where}: the dataset is gated; accept its conditions at "
-                f"{constants.ENDPOINT}/datasets/{repo_id} and set HF_TOKEN to a token of that account"
+                f"{constants.ENDPOINT}/datasets/{repo_id} and set HF_TOKEN to a token of that "
+                "account"
             ) from None
         raise HubError(f"{where}: {e}; set HF_TOKEN to a token that can read it") from None
     except _network_errors() as e:
@@ -256,8 +259,8 @@ def _check_name(url: str, builder_name: str, where: str) -> None:
     name = next((url[: -len(c)] for c in compressions if url.endswith(c)), url)
     if not name.lower().endswith(endings):
         raise HubError(
-            f"{where}: `datasets` reads all the repo's data files with the {builder_name!r} builder, "
-            f"but {url} is not named {'/'.join(endings)}"
+            f"{where}: `datasets` reads all the repo's data files with the {builder_name!r} "
+            f"builder, but {url} is not named {'/'.join(endings)}"
             + (f" (plain or compressed as {'/'.join(compressions)})" if compressions else "")
         )
 
@@ -276,5 +279,6 @@ def _unreachable(repo_id: str, error: Exception) -> HubError:
 
     return HubError(
         f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} for {repo_id!r} "
-        f"({type(error).__name__}: {error}); check the network and HF_ENDPOINT, and unset HF_HUB_OFFLINE"
+        f"({type(error).__name__}: {error}); check the network and HF_ENDPOINT, and unset "
+        "HF_HUB_OFFLINE"
     )

@@ -60,7 +60,8 @@ def _format(path: str, config: PrepareConfig) -> str:
     fmt = config.format or format_of_name(path)
     if fmt is None:
         raise SourceError(
-            f"cannot tell the format of {path!r} from its name; pass --format ({', '.join(SOURCES)})"
+            f"cannot tell the format of {path!r} from its name; pass --format "
+            f"({', '.join(SOURCES)})"
         )
     return fmt
 

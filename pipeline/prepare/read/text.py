@@ -97,7 +97,8 @@ class TextSource:
             if not owned:
                 return
             lines = None
-            if located:  # lines between the range's start and the region's: the newline just before it, if any
+            # lines between the range's start and the region's: the newline just before it, if any
+            if located:
                 lines = _piece_lines(pieces, between, 1 if first else 0)[len(pieces) - len(owned) :]
             yield from _whole_documents(owned[:-1], lines, config.max_document_bytes, tally)
             # The last document runs on past the region, up to the next separator line if any.
@@ -123,7 +124,8 @@ def _whole_documents(
     pieces: list[bytes] | list[str], lines: list[int] | None, limit: int, tally: Tally
 ) -> Iterator[Read]:
     """The pieces between separator lines as documents, stripped (blank ones are counted skips), in
-    runs, with the lines they start on when given; one over `limit` bytes is cut as `_finish` cuts it.
+    runs, with the lines they start on when given; one over `limit` bytes is cut as `_finish` cuts
+    it.
 
     In bulk (comprehensions, and C's map and compress): a unit holds tens of thousands of documents.
     """
@@ -160,7 +162,8 @@ def _whole_documents(
 def _cut(
     data: bytearray, line: int | None, limit: int, tally: Tally, *, pieces: int = 0
 ) -> Iterator[DocumentPiece]:
-    """A document's bytes over `limit`, from piece number `pieces` on, cut as `_finish` cuts them."""
+    """A document's bytes over `limit`, from piece number `pieces` on, cut as `_finish` cuts
+    them."""
     while len(data) > limit:
         cut = cut_point(data, 0, limit)
         yield from _emit(bytes(data[:cut]), line, tally, piece=pieces, more=True)

@@ -195,7 +195,8 @@ def check_unchanged(unit: WorkUnit) -> None:
     if (info.size, info.version) != (unit.size, unit.version):
         raise InputChangedError(
             f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
-            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs as they are now"
+            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs "
+            "as they are now"
         )
 
 

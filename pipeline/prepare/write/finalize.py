@@ -94,15 +94,16 @@ def build_manifest(
     sizes: dict[str, int],
     launcher_versions: dict[str, str],
 ) -> Manifest:
-    """The manifest of finished units whose shards are all in place (`sizes`, from `shard_sizes`)."""
+    """The manifest of finished units whose shards are all in place (`sizes`, from
+    `shard_sizes`)."""
     missing = [u.index for u in plan.units if u.index not in results]
     if missing:
         raise FinalizeError(f"cannot write the manifest: units {missing[:10]} have not finished")
     gone = [i for i in sorted(results) if not is_complete(results[i], sizes)]
     if gone:
         raise FinalizeError(
-            f"cannot write the manifest: the shards of units {gone[:10]} are missing or not the size "
-            "their units recorded (deleted or changed since); rerun to make them again"
+            f"cannot write the manifest: the shards of units {gone[:10]} are missing or not the "
+            "size their units recorded (deleted or changed since); rerun to make them again"
         )
     ordered = [results[u.index] for u in plan.units]
     unit_digests: dict[int, list[str]] = collections.defaultdict(list)
@@ -190,7 +191,8 @@ def why_empty(plan: Plan, manifest: Manifest) -> str:
 
 
 def newlines_before(plan: Plan, results: dict[int, UnitResult]) -> dict[int, int]:
-    """Per unit, the newlines of its input before its range: what makes its line numbers absolute."""
+    """Per unit, the newlines of its input before its range: what makes its line numbers
+    absolute."""
     before: dict[int, int] = {}
     following: collections.Counter[int] = collections.Counter()
     for unit in plan.units:

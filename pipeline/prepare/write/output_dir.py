@@ -105,8 +105,8 @@ def check_inputs_outside(output_dir: str, plan: Plan) -> None:
     for item in plan.inputs:
         if storage.is_within(item.path, output_dir):
             raise OutputError(
-                f"input {item.path} lies inside the output directory {output_dir}, where prepare writes "
-                "and --overwrite deletes; choose an --output outside the inputs"
+                f"input {item.path} lies inside the output directory {output_dir}, where prepare "
+                "writes and --overwrite deletes; choose an --output outside the inputs"
             )
 
 
@@ -121,14 +121,15 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
         old = (run_info or {}).get(PLAN_IDENTITY_KEY)
         if old is None:
             raise OutputError(
-                f"{output_dir} holds a dataset without the {formats.RUN_INFO_NAME} that says what it was "
-                "prepared from (copied without it?), so it cannot be told to match these inputs and config; "
-                "pass --overwrite to replace it, or choose another --output"
+                f"{output_dir} holds a dataset without the {formats.RUN_INFO_NAME} that says what "
+                "it was prepared from (copied without it?), so it cannot be told to match these "
+                "inputs and config; pass --overwrite to replace it, or choose another --output"
             )
         if old != identity:
             raise OutputError(
                 f"{output_dir} already holds a dataset prepared with different "
-                f"{_differences(old, identity) or 'settings'}; pass --overwrite to replace it, or choose another --output"
+                f"{_differences(old, identity) or 'settings'}; pass --overwrite to replace it, or "
+                "choose another --output"
             )
         remove_state(
             output_dir
@@ -138,14 +139,16 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
     if old_plan is not None:
         if old_plan.get("fingerprint") != plan.fingerprint():
             raise OutputError(
-                f"{output_dir} holds an unfinished run with different {_differences(old_plan, identity)}; "
-                "rerun with the same inputs and config to resume it, or pass --overwrite"
+                f"{output_dir} holds an unfinished run with different "
+                f"{_differences(old_plan, identity)}; rerun with the same inputs and config to "
+                "resume it, or pass --overwrite"
             )
         storage.remove_scratch(output_dir)  # an interrupted writer's
         return RESUME
     if not replaced and storage.has_entries(output_dir):
         raise OutputError(
-            f"{output_dir} is not empty and holds no prepare output or state; choose an empty --output"
+            f"{output_dir} is not empty and holds no prepare output or state; choose an empty "
+            "--output"
         )
     try:
         storage.makedirs(output_dir)
@@ -169,7 +172,8 @@ def plan_identity_record(plan: Plan) -> dict:
 
 
 def earlier_hub_revisions(output_dir: str) -> dict[str, str]:
-    """The commits an earlier run here pinned its hub datasets to, so that a rerun reads the same."""
+    """The commits an earlier run here pinned its hub datasets to, so that a rerun reads the
+    same."""
     for path in (
         _state_path(output_dir, formats.PLAN_NAME),
         storage.join(output_dir, formats.RUN_INFO_NAME),

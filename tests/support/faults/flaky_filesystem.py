@@ -1,4 +1,5 @@
-"""`flaky://` paths: local files whose reads fail for a while, to inject transient faults into a run.
+"""`flaky://` paths: local files whose reads fail for a while, to inject transient faults into a
+run.
 
 `flaky:///abs/path` is `/abs/path`. While fewer than `FLAKY_FAILURES` (an environment variable)
 reads have failed, each read of a file opened through it raises ConnectionResetError, as a dropped

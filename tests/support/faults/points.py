@@ -2,9 +2,10 @@
 
 A point is the start of an import, or a call of a function or method (`Class.method`) of a module:
 the function is wrapped as its module finishes importing, in every process that imports it, spawned
-or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts. What
-is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events are
-files made with O_EXCL in a state directory, so they hold across processes whatever their timing.
+or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts.
+What is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events
+are files made with O_EXCL in a state directory, so they hold across processes whatever their
+timing.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def at_import(point: Point, act: Callable[[], None]) -> None:
 
 
 def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
-    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is imported."""
+    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is
+    imported."""
 
     def patch(module) -> None:
         owner, _, name = point.attribute.rpartition(".")
