@@ -38,11 +38,12 @@ class TokenizerInfo:
     boundary: str = ""
 
     def __post_init__(self) -> None:
-        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its own.
+        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its
+        # own.
         if self.bos_id is not None and self.bos_id == self.eot_id:
             raise ValueError(
-                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents cannot be told apart; "
-                "prepare the data again with --bos-token none"
+                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents "
+                "cannot be told apart; prepare the data again with --bos-token none"
             )
 
 
@@ -56,7 +57,10 @@ class TokenizerCopy:
 
     def __post_init__(self) -> None:
         if self.load_as not in self.files:
-            raise ValueError(f"the tokenizer copy's load_as {self.load_as!r} is not one of its files {sorted(self.files)}")
+            raise ValueError(
+                f"the tokenizer copy's load_as {self.load_as!r} is not one of its files "
+                f"{sorted(self.files)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +126,8 @@ class Manifest:
     totals: dict[str, SplitTotals]
     package_versions: dict[str, str]
     hub_revisions: dict[str, str] = dataclasses.field(default_factory=dict)
-    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate, contaminated;
-    # any later stage adds its own reasons).
+    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate,
+    # contaminated; any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()
     # None for a tiktoken encoding named by its name, which loads from the name alone.
@@ -162,7 +166,9 @@ class Manifest:
                 hub_revisions=dict(data["hub_revisions"]),
                 removed=dict(data.get("removed", {})),
                 eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
-                tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
+                tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"])
+                if data.get("tokenizer_copy")
+                else None,
                 format=data["format"],
                 version=data["version"],
             )
@@ -191,9 +197,10 @@ def split_totals(shards: tuple[ShardInfo, ...]) -> dict[str, SplitTotals]:
 
 
 def check_consistent(manifest: Manifest) -> None:
-    """Refuses a manifest whose parts disagree, as an edit or a copy from elsewhere leaves one: totals
-    that are not their shards' sums, a shard listed twice or under another split, inputs that do not
-    add up to the shards, a dtype that is not its vocabulary's, boundary ids outside it."""
+    """Refuses a manifest whose parts disagree, as an edit or a copy from elsewhere leaves one:
+    totals that are not their shards' sums, a shard listed twice or under another split, inputs
+    that do not add up to the shards, a dtype that is not its vocabulary's, boundary ids outside
+    it."""
     seen = set()
     for shard in manifest.shards:
         if shard.path in seen:
@@ -207,19 +214,29 @@ def check_consistent(manifest: Manifest) -> None:
         for field in (f.name for f in dataclasses.fields(SplitTotals)):
             stated, actual = getattr(given, field, None), getattr(added, field, 0)
             if stated != actual:
-                raise ManifestError(f"totals.{split}.{field} is {stated}, its shards add up to {actual}")
-    if manifest.inputs and all(i.documents is not None and i.tokens is not None for i in manifest.inputs):
+                raise ManifestError(
+                    f"totals.{split}.{field} is {stated}, its shards add up to {actual}"
+                )
+    if manifest.inputs and all(
+        i.documents is not None and i.tokens is not None for i in manifest.inputs
+    ):
         for field in ("documents", "tokens"):
             inputs = sum(getattr(i, field) for i in manifest.inputs)
             shards = sum(getattr(t, field) for t in summed.values())
             if inputs != shards:
-                raise ManifestError(f"the inputs' {field} add up to {inputs}, the shards' to {shards}")
+                raise ManifestError(
+                    f"the inputs' {field} add up to {inputs}, the shards' to {shards}"
+                )
     info = manifest.tokenizer
     if info.n_vocab < 1 or manifest.dtype != token_dtype_name(info.n_vocab):
-        raise ManifestError(f"dtype {manifest.dtype} is not that of a vocabulary of {info.n_vocab} ids")
+        raise ManifestError(
+            f"dtype {manifest.dtype} is not that of a vocabulary of {info.n_vocab} ids"
+        )
     for name, value in (("eot_id", info.eot_id), ("bos_id", info.bos_id)):
         if value is not None and value >= info.n_vocab:
-            raise ManifestError(f"tokenizer.{name} {value} is outside the vocabulary of {info.n_vocab} ids")
+            raise ManifestError(
+                f"tokenizer.{name} {value} is outside the vocabulary of {info.n_vocab} ids"
+            )
 
 
 class ManifestError(RunError, ValueError):
@@ -235,7 +252,8 @@ def validate(data: Any) -> None:
         if data.get("version") not in formats.READABLE_MANIFEST_VERSIONS:
             raise ManifestError(
                 f"manifest version {data.get('version')!r} is not supported by this reader "
-                f"(expected one of {formats.READABLE_MANIFEST_VERSIONS}); prepare the data again or upgrade"
+                f"(expected one of {formats.READABLE_MANIFEST_VERSIONS}); prepare the data again "
+                "or upgrade"
             )
     try:
         jsonschema.validate(data, JSON_SCHEMA)

@@ -16,8 +16,10 @@ from schemas.manifest import ShardInfo
 
 def repair_hint(data_dir: str) -> str:
     """What to do about a damaged prepared directory, the end of every error that finds one."""
-    return (f"run `tokshards verify {data_dir}` to find every damaged file, then prepare (or copy) the directory "
-            "again to repair it")
+    return (
+        f"run `tokshards verify {data_dir}` to find every damaged file, then prepare (or copy) "
+        "the directory again to repair it"
+    )
 
 
 def file_sha256(f: BinaryIO) -> str:
@@ -35,7 +37,10 @@ class ShardProblem:
 
     def __str__(self) -> str:
         if self.kind == "size":
-            return f"wrong size: {self.shard.path} ({self.size} bytes, manifest says {self.shard.bytes})"
+            return (
+                f"wrong size: {self.shard.path} ({self.size} bytes, manifest says "
+                f"{self.shard.bytes})"
+            )
         return f"{'missing' if self.kind == 'missing' else 'wrong sha256'}: {self.shard.path}"
 
 

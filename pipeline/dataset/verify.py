@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.dataset import storage
 from pipeline.cli.commands import HelpFormatter
+from pipeline.dataset import storage
 from pipeline.dataset.integrity import shard_problems
 from pipeline.dataset.manifest_io import read_manifest, shard_sizes
 from schemas.manifest import Manifest
@@ -40,8 +40,13 @@ def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
     for line in found:
         print(line)
     if found:
-        print(f"verify: {len(found)} files do not match the manifest's {len(manifest.shards)} shards (listed above): "
-              "prepare (or copy) the directory again to repair it", file=sys.stderr)
+        print(
+            f"verify: {len(found)} files do not match the manifest's {len(manifest.shards)} "
+            "shards (listed above): prepare (or copy) the directory again to repair it",
+            file=sys.stderr,
+        )
         return 1
-    print(f"verify: all {len(manifest.shards)} shards match the manifest, and nothing else is there")
+    print(
+        f"verify: all {len(manifest.shards)} shards match the manifest, and nothing else is there"
+    )
     return 0

@@ -73,9 +73,11 @@ def cache_dir() -> str:
     return os.path.expanduser(os.environ.get(CACHE_ENV) or _DEFAULT_CACHE)
 
 
-def document_lengths(tokens: np.ndarray, ends: np.ndarray, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how many
-    runs each record holds. A run ends after each end-of-text id, and at its record's end."""
+def document_lengths(
+    tokens: np.ndarray, ends: np.ndarray, eot_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how
+    many runs each record holds. A run ends after each end-of-text id, and at its record's end."""
     stops = np.union1d(np.flatnonzero(tokens == eot_id) + 1, ends)
     counts = np.diff(np.searchsorted(stops, ends, side="right"), prepend=0)
     return np.diff(stops, prepend=0).astype(np.uint32), counts
@@ -89,8 +91,12 @@ def _scan(path: str, dtype: np.dtype, eot_id: int) -> dict[str, np.ndarray]:
         count = reader.num_records()
         runs, counts, sizes, lasts = [np.zeros(0, np.uint32)], [np.zeros(0, np.int64)], [], []
         for first in range(0, count, _SCAN_BATCH):
-            records = [np.frombuffer(r, dtype) for r in reader.read(first, min(first + _SCAN_BATCH, count))]
-            r, c = document_lengths(np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id)
+            records = [
+                np.frombuffer(r, dtype) for r in reader.read(first, min(first + _SCAN_BATCH, count))
+            ]
+            r, c = document_lengths(
+                np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id
+            )
             runs.append(r)
             counts.append(c)
             sizes += [len(r) for r in records]
@@ -107,7 +113,9 @@ def _scan(path: str, dtype: np.dtype, eot_id: int) -> dict[str, np.ndarray]:
     heads = np.flatnonzero(~joined)
     docs = np.add.reduceat(runs.astype(np.int64), heads).astype(np.uint32) if len(heads) else runs
     document_of_run = np.cumsum(~joined) - 1
-    firsts = np.append(document_of_run[first_runs[:-1]] + joined[first_runs[:-1]], len(docs)).astype(np.int64)
+    firsts = np.append(
+        document_of_run[first_runs[:-1]] + joined[first_runs[:-1]], len(docs)
+    ).astype(np.int64)
     return {
         "docs": docs,
         "firsts": firsts,
@@ -130,8 +138,8 @@ def _load(path: str) -> np.ndarray:
 
 
 def entry_prefix(sha256: str, eot_id: int, dtype_name: str) -> str:
-    """Where the cache entry of a shard whose bytes hash to `sha256` is: this path, then "-docs.npy",
-    "-firsts.npy"..."""
+    """Where the cache entry of a shard whose bytes hash to `sha256` is: this path, then
+    "-docs.npy", "-firsts.npy"..."""
     return os.path.join(cache_dir(), f"v{_LAYOUT}-eot{eot_id}-{dtype_name}", sha256)
 
 
@@ -146,8 +154,12 @@ def read_entry(prefix: str) -> dict[str, np.ndarray] | None:
     docs, firsts, offsets = arrays["docs"], arrays["firsts"], arrays["offsets"]
     records = len(firsts) - 1
     if (
-        records < 0 or len(offsets) != records + 1 or len(arrays["lead"]) != records
-        or len(arrays["before"]) != records or int(firsts[-1]) != len(docs) or offsets[0] != 0
+        records < 0
+        or len(offsets) != records + 1
+        or len(arrays["lead"]) != records
+        or len(arrays["before"]) != records
+        or int(firsts[-1]) != len(docs)
+        or offsets[0] != 0
     ):
         return None
     return arrays
@@ -182,7 +194,10 @@ def _file_identity(path: epath.Path) -> _FileIdentity | None:
         except FileNotFoundError:
             return None
         size, changed = st.st_size, max(st.st_mtime_ns, st.st_ctime_ns) / 1e9
-        signature = f"{os.path.realpath(path)} {st.st_dev}:{st.st_ino} {size} {st.st_mtime_ns} {st.st_ctime_ns}"
+        signature = (
+            f"{os.path.realpath(path)} {st.st_dev}:{st.st_ino} {size} "
+            f"{st.st_mtime_ns} {st.st_ctime_ns}"
+        )
     else:  # an object store's object changes as a whole, and its time with it
         if not path.exists():
             return None
@@ -227,11 +242,17 @@ def _damaged(root: str, path: epath.Path, what: str) -> LoaderError:
 
 def _check_bytes(root: str, path: epath.Path, sha256: str, shard: ShardInfo) -> None:
     if sha256 != shard.sha256:
-        raise _damaged(root, path, f"does not hold the bytes its manifest names (sha256 {sha256[:12]}..., the "
-                                   f"manifest says {shard.sha256[:12]}...)")
+        raise _damaged(
+            root,
+            path,
+            f"does not hold the bytes its manifest names (sha256 {sha256[:12]}..., the "
+            f"manifest says {shard.sha256[:12]}...)",
+        )
 
 
-def _scanned(root: str, path: epath.Path, shard: ShardInfo, dtype_name: str, eot_id: int) -> dict[str, np.ndarray]:
+def _scanned(
+    root: str, path: epath.Path, shard: ShardInfo, dtype_name: str, eot_id: int
+) -> dict[str, np.ndarray]:
     """A fresh entry for the shard, kept only when the bytes scanned are the ones the manifest
     names. A local shard is hashed on another thread while it is scanned (hashlib lets go of the
     interpreter, and the page cache serves both reads); a remote one is hashed on its way to a
@@ -248,12 +269,20 @@ def _scanned(root: str, path: epath.Path, shard: ShardInfo, dtype_name: str, eot
             copy.flush()
         try:
             arrays, error = _scan(local, dtype, eot_id), None
-        except (RuntimeError, OSError, ValueError) as e:  # ArrayRecord's, numpy's for a record of odd length
+        except (
+            RuntimeError,
+            OSError,
+            ValueError,
+        ) as e:  # ArrayRecord's, numpy's for a record of odd length
             arrays, error = None, e
         _check_bytes(root, path, hashing.result(), shard)
     if arrays is None:
-        raise _damaged(root, path, f"cannot be read as records of {dtype_name} token ids "
-                                   f"({' '.join(str(error).split())[:200]})")
+        raise _damaged(
+            root,
+            path,
+            f"cannot be read as records of {dtype_name} token ids "
+            f"({' '.join(str(error).split())[:200]})",
+        )
     prefix = entry_prefix(shard.sha256, eot_id, dtype_name)
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     for name in _SCANNED:
@@ -261,7 +290,9 @@ def _scanned(root: str, path: epath.Path, shard: ShardInfo, dtype_name: str, eot
     return arrays
 
 
-def shard_lengths(root: str, shard: ShardInfo, dtype_name: str, eot_id: int) -> dict[str, np.ndarray]:
+def shard_lengths(
+    root: str, shard: ShardInfo, dtype_name: str, eot_id: int
+) -> dict[str, np.ndarray]:
     """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan;
     a LoaderError naming the file where it is missing, of another size, of other bytes, or holds
     other counts than the manifest says."""
@@ -281,9 +312,13 @@ def shard_lengths(root: str, shard: ShardInfo, dtype_name: str, eot_id: int) -> 
         arrays = _scanned(root, path, shard, dtype_name, eot_id)
     if _counts(arrays) != expected:
         documents, tokens, records = _counts(arrays)
-        raise _damaged(root, path, f"holds {documents} documents and {tokens} tokens in {records} records, its "
-                                   f"manifest says {shard.documents}, {shard.tokens} and {shard.records}: the "
-                                   "manifest is not this directory's, or was edited")
+        raise _damaged(
+            root,
+            path,
+            f"holds {documents} documents and {tokens} tokens in {records} records, its "
+            f"manifest says {shard.documents}, {shard.tokens} and {shard.records}: the "
+            "manifest is not this directory's, or was edited",
+        )
     if not seen and identity.settled:
         _remember(prefix, identity.signature)
     return arrays
@@ -311,7 +346,9 @@ def record_units(docs: np.ndarray, firsts: np.ndarray, row: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
 
 
-def _cached(prefix: str | None, name: str, derive: Callable[[], np.ndarray], length: int) -> np.ndarray:
+def _cached(
+    prefix: str | None, name: str, derive: Callable[[], np.ndarray], length: int
+) -> np.ndarray:
     """`derive()` (`length` values), kept as PREFIX-NAME.npy beside the lengths when `prefix` names
     a shard's entry; a kept file that is not of that length is derived again."""
     if prefix is None:
@@ -350,18 +387,32 @@ class SplitLengths:
     def of(cls, root: str, manifest: Manifest, split: str) -> SplitLengths:
         shards = manifest.shards_of(split)
         eot = manifest.tokenizer.eot_id
-        return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards],
-                             [entry_prefix(s.sha256, eot, manifest.dtype) for s in shards])
+        return cls.of_shards(
+            shards,
+            [shard_lengths(root, s, manifest.dtype, eot) for s in shards],
+            [entry_prefix(s.sha256, eot, manifest.dtype) for s in shards],
+        )
 
     @classmethod
     def of_shards(
-        cls, shards: Sequence[ShardInfo], arrays: Sequence[dict[str, np.ndarray]], cached: Sequence[str]
+        cls,
+        shards: Sequence[ShardInfo],
+        arrays: Sequence[dict[str, np.ndarray]],
+        cached: Sequence[str],
     ) -> SplitLengths:
-        """The split of these shards, from each one's `shard_lengths` and cache entry (`entry_prefix`)."""
+        """The split of these shards, from each one's `shard_lengths` and cache entry
+        (`entry_prefix`)."""
         starts = np.concatenate(([0], np.cumsum([s.records for s in shards]))).astype(np.int64)
         column = lambda name: tuple(a[name] for a in arrays)  # noqa: E731
-        return cls(column("docs"), column("firsts"), starts, column("offsets"), column("lead"), column("before"),
-                   tuple(cached))
+        return cls(
+            column("docs"),
+            column("firsts"),
+            starts,
+            column("offsets"),
+            column("lead"),
+            column("before"),
+            tuple(cached),
+        )
 
     @property
     def records(self) -> int:
@@ -375,15 +426,25 @@ class SplitLengths:
                 out[idx] = self.before[shard][records[idx] - self.starts[shard]]
         return out
 
-    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def _per_shard(
+        self, name: str, derive: Callable[[int], np.ndarray]
+    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Each shard's array `name` (counts before each record, from `derive(shard)`), and the
         split's counts before each shard then its total (int64)."""
         if name not in self._derived:
             arrays = tuple(
-                _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k), len(self.firsts[k]))
+                _cached(
+                    self.cached[k] if self.cached else None,
+                    name,
+                    lambda k=k: derive(k),
+                    len(self.firsts[k]),
+                )
                 for k in range(len(self.docs))
             )
-            self._derived[name] = arrays, np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64)
+            self._derived[name] = (
+                arrays,
+                np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64),
+            )
         return self._derived[name]
 
     def offsets(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
@@ -396,13 +457,21 @@ class SplitLengths:
     def units(self, row: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """`record_units` of each shard for rows of `row` tokens, and the units before each shard
         then the split's total."""
-        return self._per_shard(f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row))
+        return self._per_shard(
+            f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row)
+        )
 
-    def runs(self, at: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as arrays
-        (i, record, token offset in it, tokens), ordered by i and then by position."""
+    def runs(
+        self, at: np.ndarray, length: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as
+        arrays (i, record, token offset in it, tokens), ordered by i and then by position."""
         offsets, before = self.offsets()
-        which, at, length = np.arange(len(at)), np.asarray(at, np.int64), np.asarray(length, np.int64)
+        which, at, length = (
+            np.arange(len(at)),
+            np.asarray(at, np.int64),
+            np.asarray(length, np.int64),
+        )
         cut: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         while len(which):  # cut where a shard ends (a window of the split's stream may run on)
             take = np.minimum(length, before[np.searchsorted(before, at, side="right")] - at)
@@ -419,13 +488,19 @@ class SplitLengths:
             count = shard_offsets.searchsorted(end - 1, side="right") - first
             if count.max() > 1:  # a run over several records: one part per record
                 run = np.repeat(np.arange(len(idx)), count)
-                record = first[run] + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+                record = (
+                    first[run] + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+                )
                 idx, begin, end, first = idx[run], begin[run], end[run], record
             record_begin = shard_offsets[first]
             begin = np.maximum(begin, record_begin)
             end = np.minimum(end, shard_offsets[first + 1])
-            parts.append((which[idx], self.starts[shard] + first, begin - record_begin, end - begin))
-        which, record, start, length = (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+            parts.append(
+                (which[idx], self.starts[shard] + first, begin - record_begin, end - begin)
+            )
+        which, record, start, length = (
+            (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+        )
         keep = length > 0  # an empty record inside a run
         order = np.lexsort((record[keep], which[keep]))
         return which[keep][order], record[keep][order], start[keep][order], length[keep][order]

@@ -20,7 +20,9 @@ from pipeline.load.errors import LoaderError
 from pipeline.load.lengths import SplitLengths
 
 _READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
-_FILE_BUFFER = 16384  # bytes: 2 to 8 us less per read than 32 KiB for records of 2,048 to 8,192 uint16 tokens
+_FILE_BUFFER = (
+    16384  # bytes: 2 to 8 us less per read than 32 KiB for records of 2,048 to 8,192 uint16 tokens
+)
 
 
 class SplitRecords:
@@ -43,8 +45,12 @@ class SplitRecords:
                     )
                 reader.seek(local)
                 out.append(reader.read())
-            except RuntimeError as e:  # damaged since the lengths index checked it (a disk's rot, a write)
+            except (
+                RuntimeError
+            ) as e:  # damaged since the lengths index checked it (a disk's rot, a write)
                 path = self._paths[shard]
-                raise LoaderError(f"{path}: cannot read record {local} ({' '.join(str(e).split())[:200]}); "
-                                  f"{repair_hint(posixpath.dirname(posixpath.dirname(path)))}") from None
+                raise LoaderError(
+                    f"{path}: cannot read record {local} ({' '.join(str(e).split())[:200]}); "
+                    f"{repair_hint(posixpath.dirname(posixpath.dirname(path)))}"
+                ) from None
         return out

@@ -27,8 +27,29 @@ SHARD = "train/data.array_record-00002-of-00012"
 
 
 def train(data_dir: str, workdir: str) -> Outcome:
-    return run("train", ["--data", data_dir, "--workdir", workdir, "--preset", "tiny", "--width", "32",
-                            "--layers", "1", "--heads", "2", "--steps", "2", "--batch-size", "4", "--seq-len", "32"])
+    return run(
+        "train",
+        [
+            "--data",
+            data_dir,
+            "--workdir",
+            workdir,
+            "--preset",
+            "tiny",
+            "--width",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "32",
+        ],
+    )
 
 
 def cut_short(path: str, keep: float = 0.5) -> None:
@@ -38,13 +59,19 @@ def cut_short(path: str, keep: float = 0.5) -> None:
 
 @pytest.mark.parametrize("warm", [True, False], ids=["cached", "cold"])
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
-def test_a_missing_or_truncated_shard_is_one_line_in_every_command(stories_copy, tmp_path, warm, damage):
+def test_a_missing_or_truncated_shard_is_one_line_in_every_command(
+    stories_copy, tmp_path, warm, damage
+):
     if warm:
         assert inspect(stories_copy).status == 0
     path = os.path.join(stories_copy, SHARD)
     os.remove(path) if damage == "missing" else cut_short(path)
 
-    for outcome in (inspect(stories_copy), batches(stories_copy, str(tmp_path / "b.npz"))[0], train(stories_copy, str(tmp_path / "run"))):
+    for outcome in (
+        inspect(stories_copy),
+        batches(stories_copy, str(tmp_path / "b.npz"))[0],
+        train(stories_copy, str(tmp_path / "run")),
+    ):
         assert SHARD in outcome.error and f"tokshards verify {stories_copy}" in outcome.error
     checked = verify(stories_copy)
     assert checked.status == 1 and SHARD in checked.out and "prepare" in checked.error
@@ -53,8 +80,12 @@ def test_a_missing_or_truncated_shard_is_one_line_in_every_command(stories_copy,
 def test_a_truncated_manifest_is_one_line_in_every_command(stories_copy, tmp_path):
     cut_short(os.path.join(stories_copy, formats.MANIFEST_NAME))
 
-    for outcome in (inspect(stories_copy), verify(stories_copy), batches(stories_copy, str(tmp_path / "b.npz"))[0],
-                    train(stories_copy, str(tmp_path / "run"))):
+    for outcome in (
+        inspect(stories_copy),
+        verify(stories_copy),
+        batches(stories_copy, str(tmp_path / "b.npz"))[0],
+        train(stories_copy, str(tmp_path / "run")),
+    ):
         assert formats.MANIFEST_NAME in outcome.error and "not valid JSON" in outcome.error
 
 
@@ -63,7 +94,10 @@ def test_verify_finds_a_stray_shard(stories_copy):
     shutil.copyfile(os.path.join(stories_copy, SHARD), stray)
 
     checked = verify(stories_copy)
-    assert checked.status == 1 and "not in the manifest: train/data.array_record-00012-of-00012" in checked.out
+    assert (
+        checked.status == 1
+        and "not in the manifest: train/data.array_record-00012-of-00012" in checked.out
+    )
     assert "prepare" in checked.error
 
 
@@ -81,11 +115,17 @@ def test_verify_finds_totals_that_do_not_add_up(stories_copy):
 
 # --- random damage ---------------------------------------------------------------------------
 
+
 def synthetic(root: str, first_id: int) -> str:
     """Two splits in shards of one size; `first_id` sets the tokens, not the shape."""
     rng = np.random.default_rng(0)
     documents = unique_documents([int(n) for n in rng.integers(1, 120, 160)], first_id=first_id)
-    write_prepared(root, {"train": documents[:120], "validation": documents[120:]}, record_tokens=64, num_shards=3)
+    write_prepared(
+        root,
+        {"train": documents[:120], "validation": documents[120:]},
+        record_tokens=64,
+        num_shards=3,
+    )
     return root
 
 
@@ -101,12 +141,19 @@ def pristine(tmp_path_factory) -> dict:
     try:
         expected, arrays = batches(data, str(root / "expected.npz"), "epoch")
         assert expected.status == 0, expected.err
-        return {"data": data, "foreign": foreign, "batches": arrays, "lengths": lengths_report(inspect(data))}
+        return {
+            "data": data,
+            "foreign": foreign,
+            "batches": arrays,
+            "lengths": lengths_report(inspect(data)),
+        }
     finally:
         os.environ[CACHE_ENV] = previous
 
 
-SHARDS = [f"{split}/data.array_record-0000{i}-of-00003" for split in formats.SPLITS for i in range(3)]
+SHARDS = [
+    f"{split}/data.array_record-0000{i}-of-00003" for split in formats.SPLITS for i in range(3)
+]
 
 
 def _leaves(value, path=()):
@@ -172,14 +219,18 @@ def damage(data_dir: str, foreign_dir: str, kind: str, a: int, b: int, fraction:
 
 
 DAMAGE = st.tuples(
-    st.sampled_from(["delete", "truncate", "swap", "flip", "edit", "cut manifest", "foreign manifest"]),
+    st.sampled_from(
+        ["delete", "truncate", "swap", "flip", "edit", "cut manifest", "foreign manifest"]
+    ),
     st.integers(0, 10**6),
     st.integers(0, 10**6),
     st.floats(0, 1, exclude_max=True),
 )
 
 
-@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(damaged=DAMAGE, warm=st.booleans())
 def test_random_damage_ends_in_one_line_or_in_the_intact_output(pristine, damaged, warm):
     previous = os.environ[CACHE_ENV]

@@ -1,5 +1,5 @@
-"""The loader's lengths cache cannot be taught a wrong answer: an entry is kept only for the bytes it
-was scanned from, used only for a file found to hold them, and only where it holds the manifest's
+"""The loader's lengths cache cannot be taught a wrong answer: an entry is kept only for the bytes
+it was scanned from, used only for a file found to hold them, and only where it holds the manifest's
 counts. Each test compares with a fresh cache, which is what a correct entry gives (`stories_copy`:
 a prepared directory of 12 shards to damage, with a cache of its own)."""
 
@@ -38,28 +38,40 @@ def assert_same_batches(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> N
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_a_wrong_shard_inspected_then_repaired_leaves_no_wrong_entry(stories_copy, tmp_path, monkeypatch):
+def test_a_wrong_shard_inspected_then_repaired_leaves_no_wrong_entry(
+    stories_copy, tmp_path, monkeypatch
+):
     first, second = shard_files(stories_copy)[1:3]
     assert os.path.getsize(first) == os.path.getsize(second)
     held = copy_over(second, first)  # another shard of the same size where `first` belongs
 
     damaged = inspect(stories_copy)
-    assert "data.array_record-00001-of-00012" in damaged.error and "tokshards verify" in damaged.error
+    assert (
+        "data.array_record-00001-of-00012" in damaged.error and "tokshards verify" in damaged.error
+    )
 
     restore(first, held)  # repaired: every shard matches its manifest again
-    cached = {take: batches(stories_copy, str(tmp_path / f"cached-{take}.npz"), take)[1] for take in ("30", "epoch")}
+    cached = {
+        take: batches(stories_copy, str(tmp_path / f"cached-{take}.npz"), take)[1]
+        for take in ("30", "epoch")
+    }
     cached_lengths = lengths_report(inspect(stories_copy))
     fresh(monkeypatch, tmp_path)
     for take, arrays in cached.items():
         assert arrays is not None, take
-        assert_same_batches(arrays, batches(stories_copy, str(tmp_path / f"fresh-{take}.npz"), take)[1])
+        assert_same_batches(
+            arrays, batches(stories_copy, str(tmp_path / f"fresh-{take}.npz"), take)[1]
+        )
     assert cached_lengths == lengths_report(inspect(stories_copy))
 
 
 def test_another_directorys_manifest_poisons_no_entry(stories_copy, tmp_path, monkeypatch):
     (tmp_path / "other").mkdir()
     other = small_stories(str(tmp_path / "other"), seed=2)
-    shutil.copyfile(os.path.join(stories_copy, formats.MANIFEST_NAME), os.path.join(other, formats.MANIFEST_NAME))
+    shutil.copyfile(
+        os.path.join(stories_copy, formats.MANIFEST_NAME),
+        os.path.join(other, formats.MANIFEST_NAME),
+    )
 
     outcome, _ = batches(other, str(tmp_path / "other.npz"))
     assert "tokshards verify" in outcome.error
@@ -77,15 +89,24 @@ def test_a_shard_swapped_after_its_entry_was_made_is_found_out(stories_copy, tmp
     swap(first, second)
 
     outcome, _ = batches(stories_copy, str(tmp_path / "swapped.npz"))
-    assert "data.array_record-00000-of-00012 does not hold the bytes its manifest names" in outcome.error
+    assert (
+        "data.array_record-00000-of-00012 does not hold the bytes its manifest names"
+        in outcome.error
+    )
     assert "inspect: error:" in inspect(stories_copy).error
 
 
-def test_a_file_found_to_hold_its_bytes_is_not_hashed_again_until_it_changes(stories_copy, tmp_path, monkeypatch):
-    monkeypatch.setattr(lengths, "_SETTLED_SECONDS", 0.0)  # the copy's files count as settled at once
+def test_a_file_found_to_hold_its_bytes_is_not_hashed_again_until_it_changes(
+    stories_copy, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(
+        lengths, "_SETTLED_SECONDS", 0.0
+    )  # the copy's files count as settled at once
     hashed = []
     real = lengths._sha256
-    monkeypatch.setattr(lengths, "_sha256", lambda path, **kw: hashed.append(str(path)) or real(path, **kw))
+    monkeypatch.setattr(
+        lengths, "_sha256", lambda path, **kw: hashed.append(str(path)) or real(path, **kw)
+    )
     expected = batches(stories_copy, str(tmp_path / "first.npz"))[1]
     assert sorted(hashed) == shard_files(stories_copy)  # hashed as they are scanned
     hashed.clear()
@@ -100,12 +121,17 @@ def test_a_file_found_to_hold_its_bytes_is_not_hashed_again_until_it_changes(sto
         f.seek(100)
         f.write(bytes([byte[0] ^ 1]))
     outcome, _ = batches(stories_copy, str(tmp_path / "changed.npz"))
-    assert "data.array_record-00004-of-00012 does not hold the bytes its manifest names" in outcome.error
+    assert (
+        "data.array_record-00004-of-00012 does not hold the bytes its manifest names"
+        in outcome.error
+    )
     assert hashed == [shard]
 
 
 @pytest.mark.parametrize("packing", ["concat", "document"])
-def test_an_entry_that_does_not_add_up_is_scanned_again(stories_copy, tmp_path, monkeypatch, packing):
+def test_an_entry_that_does_not_add_up_is_scanned_again(
+    stories_copy, tmp_path, monkeypatch, packing
+):
     expected = batches(stories_copy, str(tmp_path / "first.npz"), "30", "--packing", packing)[1]
     entries = sorted(glob.glob(os.path.join(lengths.cache_dir(), "*", "*-docs.npy")))
     np.save(entries[0], np.load(entries[0])[:-1])  # a document short
@@ -115,12 +141,18 @@ def test_an_entry_that_does_not_add_up_is_scanned_again(stories_copy, tmp_path, 
             with open(path, "r+b") as f:
                 f.truncate(40)
 
-    assert_same_batches(expected, batches(stories_copy, str(tmp_path / "again.npz"), "30", "--packing", packing)[1])
+    assert_same_batches(
+        expected, batches(stories_copy, str(tmp_path / "again.npz"), "30", "--packing", packing)[1]
+    )
     fresh(monkeypatch, tmp_path)
-    assert_same_batches(expected, batches(stories_copy, str(tmp_path / "fresh.npz"), "30", "--packing", packing)[1])
+    assert_same_batches(
+        expected, batches(stories_copy, str(tmp_path / "fresh.npz"), "30", "--packing", packing)[1]
+    )
 
 
-def test_a_manifest_whose_counts_are_not_its_shards_is_refused_naming_the_shard(stories_copy, tmp_path):
+def test_a_manifest_whose_counts_are_not_its_shards_is_refused_naming_the_shard(
+    stories_copy, tmp_path
+):
     path = os.path.join(stories_copy, formats.MANIFEST_NAME)
     with open(path) as f:
         manifest = json.load(f)
@@ -133,7 +165,10 @@ def test_a_manifest_whose_counts_are_not_its_shards_is_refused_naming_the_shard(
 
     for _ in range(2):  # a cold cache, then a warm one
         outcome, _ = batches(stories_copy, str(tmp_path / "edited.npz"))
-        assert shard["path"] in outcome.error and f"manifest says {shard['documents']}" in outcome.error
+        assert (
+            shard["path"] in outcome.error
+            and f"manifest says {shard['documents']}" in outcome.error
+        )
 
 
 def test_the_cache_key_holds_what_the_entry_was_built_from(stories_copy):
@@ -143,20 +178,49 @@ def test_the_cache_key_holds_what_the_entry_was_built_from(stories_copy):
     inspect(stories_copy)
     entries = sorted(os.listdir(lengths.cache_dir()))
     assert entries == [f"v3-eot{manifest['tokenizer']['eot_id']}-{manifest['dtype']}"]
-    kept = {name.split("-")[0] for name in os.listdir(os.path.join(lengths.cache_dir(), entries[0]))}
+    kept = {
+        name.split("-")[0] for name in os.listdir(os.path.join(lengths.cache_dir(), entries[0]))
+    }
     assert kept == {s["sha256"] for s in manifest["shards"]}
 
 
 @pytest.mark.slow
-def test_train_after_a_repaired_shard_trains_on_the_batches_of_a_fresh_cache(stories_copy, tmp_path, monkeypatch):
+def test_train_after_a_repaired_shard_trains_on_the_batches_of_a_fresh_cache(
+    stories_copy, tmp_path, monkeypatch
+):
     from train.metrics import METRICS_NAME, read_rows
 
     def batch_digests(workdir: str) -> list[str]:
-        argv = ["--data", stories_copy, "--workdir", workdir, "--preset", "tiny", "--width", "32", "--layers", "1",
-                "--heads", "2", "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--eval-batches", "0",
-                "--log-every", "1"]
+        argv = [
+            "--data",
+            stories_copy,
+            "--workdir",
+            workdir,
+            "--preset",
+            "tiny",
+            "--width",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "32",
+            "--eval-batches",
+            "0",
+            "--log-every",
+            "1",
+        ]
         assert run_command("train", *argv) == 0
-        return [r["batch_sha256"] for r in read_rows(os.path.join(workdir, METRICS_NAME)) if "batch_sha256" in r]
+        return [
+            r["batch_sha256"]
+            for r in read_rows(os.path.join(workdir, METRICS_NAME))
+            if "batch_sha256" in r
+        ]
 
     first, second = shard_files(stories_copy)[1:3]
     held = copy_over(second, first)

@@ -1,6 +1,6 @@
-"""A cut document's exact key is the key of its whole normalized text, wherever the cuts fall: before
-a whitespace, or inside a run of text with none (a long word, a URL, base64), where the pieces
-join with no space, and inside a character sequence that Unicode normalization composes."""
+"""A cut document's exact key is the key of its whole normalized text, wherever the cuts fall:
+before a whitespace, or inside a run of text with none (a long word, a URL, base64), where the
+pieces join with no space, and inside a character sequence that Unicode normalization composes."""
 
 from __future__ import annotations
 
@@ -27,17 +27,39 @@ def test_documents_equal_but_for_spaces_are_duplicates_when_cut_inside_a_run(tmp
     run = "A" * 1500  # longer than --max-document-bytes, so cut inside it
     docs = ["intro words " + run, "intro words  " + run, "intro words " + "A" * 1499 + " A"]
     corpus = write(str(tmp_path / f"c.{'jsonl' if write is write_jsonl else 'txt'}"), docs)
-    manifest = run_prepare([corpus], str(tmp_path / "out"), "--dedup", "exact", "--max-document-bytes", "1024")
+    manifest = run_prepare(
+        [corpus], str(tmp_path / "out"), "--dedup", "exact", "--max-document-bytes", "1024"
+    )
     assert manifest.counts["cut_documents"] == 3
     assert manifest.removed == {"exact_duplicate": 1}
 
 
 # Fragments that try the cuts: whitespace runs, long runs without any, combining marks and the
 # starters that compose with the character before them (Hangul jamo, Kannada's length mark).
-FRAGMENTS = ["a", "b", "AAAAAAAAAAAAAAAA", " ", "  ", "\n", "\t", "\u3000", "e\u0301", "\u0301", "\u0327",
-             "\u1100\u1161", "\u1161", "\u11a8", "\u0cc6\u0cc2", "\u0cc2", "\u00e9", "日本", "🙂"]
+FRAGMENTS = [
+    "a",
+    "b",
+    "AAAAAAAAAAAAAAAA",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "\u3000",
+    "e\u0301",
+    "\u0301",
+    "\u0327",
+    "\u1100\u1161",
+    "\u1161",
+    "\u11a8",
+    "\u0cc6\u0cc2",
+    "\u0cc2",
+    "\u00e9",
+    "日本",
+    "🙂",
+]
 TEXT = st.lists(
-    st.one_of(st.sampled_from(FRAGMENTS), st.characters(codec="utf-8", exclude_categories=["Cs"])), min_size=1,
+    st.one_of(st.sampled_from(FRAGMENTS), st.characters(codec="utf-8", exclude_categories=["Cs"])),
+    min_size=1,
     max_size=120,
 ).map("".join)
 

@@ -19,12 +19,17 @@ from support.runs import run_prepare
 # Each test runs prepare.
 pytestmark = pytest.mark.integration
 
-QUESTION = "which planet in the solar system has the longest day of all the planets that orbit the sun"
+QUESTION = (
+    "which planet in the solar system has the longest day of all the planets that orbit the sun"
+)
 OTHER = "the quick brown fox jumps over the lazy dog while the farmer sleeps under the old oak tree"
 
 
 def _corpus(tmp_path) -> str:
-    return write_jsonl(str(tmp_path / "corpus.jsonl"), [f"A quiz: {QUESTION}? Venus.", "Nothing to see here at all."])
+    return write_jsonl(
+        str(tmp_path / "corpus.jsonl"),
+        [f"A quiz: {QUESTION}? Venus.", "Nothing to see here at all."],
+    )
 
 
 def _refusal(tmp_path, eval_path: str) -> str:
@@ -39,17 +44,24 @@ def _refusal(tmp_path, eval_path: str) -> str:
 def test_a_line_break_inside_a_json_string_is_text_not_a_line_end(tmp_path, separator):
     record = {"question": QUESTION.replace(" has ", f" has{separator}"), "choices": [OTHER]}
     eval_path = tmp_path / "eval.jsonl"
-    eval_path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")  # valid JSON, raw
+    eval_path.write_text(
+        json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8"
+    )  # valid JSON, raw
     assert separator in eval_path.read_text(encoding="utf-8")
 
-    manifest = run_prepare([_corpus(tmp_path)], str(tmp_path / "out"), "--decontaminate", str(eval_path))
+    manifest = run_prepare(
+        [_corpus(tmp_path)], str(tmp_path / "out"), "--decontaminate", str(eval_path)
+    )
     assert manifest.removed == {"contaminated": 1}
     assert manifest.eval_files[0].examples == 2
 
 
 def test_a_bad_line_is_numbered_as_an_input_line_is(tmp_path):
-    lines = [json.dumps({"q": f"{QUESTION}\u2028{OTHER}"}, ensure_ascii=False),
-             json.dumps({"q": f"{OTHER}\x85{QUESTION}"}, ensure_ascii=False), '{"q": "cut short']
+    lines = [
+        json.dumps({"q": f"{QUESTION}\u2028{OTHER}"}, ensure_ascii=False),
+        json.dumps({"q": f"{OTHER}\x85{QUESTION}"}, ensure_ascii=False),
+        '{"q": "cut short',
+    ]
     eval_path = tmp_path / "eval.jsonl"
     eval_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert "line 3 is not JSON" in _refusal(tmp_path, str(eval_path))
@@ -58,7 +70,9 @@ def test_a_bad_line_is_numbered_as_an_input_line_is(tmp_path):
 def test_a_byte_order_mark_starts_an_eval_file_as_it_starts_an_input(tmp_path):
     eval_path = tmp_path / "eval.jsonl"
     eval_path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"q": QUESTION}).encode() + b"\n")
-    manifest = run_prepare([_corpus(tmp_path)], str(tmp_path / "out"), "--decontaminate", str(eval_path))
+    manifest = run_prepare(
+        [_corpus(tmp_path)], str(tmp_path / "out"), "--decontaminate", str(eval_path)
+    )
     assert manifest.removed == {"contaminated": 1}
 
 

@@ -31,7 +31,9 @@ def test_empty_inputs_are_named_with_how_many(tmp_path):
     for name in ("a.txt", "b.txt", "c.txt", "d.txt"):
         (tmp_path / name).write_bytes(b"")
         paths.append(str(tmp_path / name))
-    with pytest.raises(PrepareError, match="the 4 inputs are empty: .*a.txt, .*b.txt, .*c.txt and 1 more"):
+    with pytest.raises(
+        PrepareError, match="the 4 inputs are empty: .*a.txt, .*b.txt, .*c.txt and 1 more"
+    ):
         run_prepare(paths, str(tmp_path / "out"))
 
 
@@ -61,13 +63,17 @@ def test_inspect_points_to_rejects_jsonl_only_for_the_skips_it_records(tmp_path)
     assert "skipped, counted only: empty_document 1" in shown
 
 
-@pytest.mark.parametrize("runner", ["DirectRunner", "direct", "FnApiRunner", "dataflow", "my.module.Runner"])
+@pytest.mark.parametrize(
+    "runner", ["DirectRunner", "direct", "FnApiRunner", "dataflow", "my.module.Runner"]
+)
 def test_runners_beam_knows_by_name_or_path_pass(runner):
     check_runner_name([f"--runner={runner}", "--project=p"])
 
 
 def test_an_unknown_runner_is_refused_naming_the_nearest():
-    with pytest.raises(ValueError, match="unknown runner --runner=DataflowRuner; did you mean DataflowRunner"):
+    with pytest.raises(
+        ValueError, match="unknown runner --runner=DataflowRuner; did you mean DataflowRunner"
+    ):
         check_runner_name(["--runner", "DataflowRuner"])
     with pytest.raises(ValueError, match="unknown runner --runner=Nothing .Beam's runners: "):
         check_runner_name(["--runner=Nothing"])
@@ -80,18 +86,25 @@ def test_a_misspelt_runner_is_refused_before_anything_is_written(tmp_path, capsy
     status = run_command("prepare", "--input", corpus, "--output", str(out), "--runner=DirectRuner")
     assert status == 2  # a usage error: nothing has run
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["prepare: error: unknown runner --runner=DirectRuner; did you mean DirectRunner?"]
+    assert err.strip().splitlines() == [
+        "prepare: error: unknown runner --runner=DirectRuner; did you mean DirectRunner?"
+    ]
     assert not out.exists()
 
 
 @pytest.mark.integration
 def test_inspect_measures_no_bytes_per_token_over_removed_documents(tmp_path):
-    docs = ["the same story about a cat and a dog " * 20] * 5 + ["one more story that is only here once"]
+    docs = ["the same story about a cat and a dog " * 20] * 5 + [
+        "one more story that is only here once"
+    ]
     out = str(tmp_path / "out")
     manifest = run_prepare([write_jsonl(str(tmp_path / "c.jsonl"), docs)], out, "--dedup", "exact")
     assert manifest.removed == {"exact_duplicate": 4}
 
     text = inspect(out).out
     assert not re.search(r"bytes per token: \d|\d bytes per token", text)
-    assert "input bytes per token: not measured: the inputs' bytes hold 4 documents that were removed" in text
+    assert (
+        "input bytes per token: not measured: the inputs' bytes hold 4 documents that were removed"
+        in text
+    )
     assert os.path.exists(os.path.join(out, formats.REMOVALS_NAME))

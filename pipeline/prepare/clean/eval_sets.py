@@ -34,7 +34,8 @@ from schemas.errors import RunError
 from schemas.prepare_config import DEFAULT_MAX_DOCUMENT_BYTES
 
 _CHUNK = 4 * 2**20
-# A JSON Lines line this long is refused unparsed, as an input's is at the default --max-document-bytes.
+# A JSON Lines line this long is refused unparsed, as an input's is at the default
+# --max-document-bytes.
 _LINE_LIMIT = 4 * DEFAULT_MAX_DOCUMENT_BYTES
 
 
@@ -65,12 +66,16 @@ def _strings(value: Any) -> Iterator[str]:
 def _json_lines(path: str, lines: Iterable[tuple[int, bytes | None]]) -> Iterator[str]:
     for number, line in lines:
         if line is None:
-            raise EvalSetError(f"{path}: line {number} is longer than {_LINE_LIMIT} bytes; is it JSON Lines?")
+            raise EvalSetError(
+                f"{path}: line {number} is longer than {_LINE_LIMIT} bytes; is it JSON Lines?"
+            )
         if line.strip():
             try:
                 yield from _strings(json.loads(line.decode("utf-8", errors="replace")))
             except json.JSONDecodeError as e:
-                raise EvalSetError(f"{path}: line {number} is not JSON ({e}); fix or remove the line") from None
+                raise EvalSetError(
+                    f"{path}: line {number} is not JSON ({e}); fix or remove the line"
+                ) from None
 
 
 def _examples(path: str, separator: str) -> Iterator[str]:
@@ -81,7 +86,10 @@ def _examples(path: str, separator: str) -> Iterator[str]:
     with storage.open_raw(path) as f:
         if name.endswith(".parquet"):
             compressed = compression_of(path) is not None
-            for row in parquet_rows(io.BytesIO(b"".join(file_chunks(f, path, ContentDigest()))) if compressed else f, path):
+            for row in parquet_rows(
+                io.BytesIO(b"".join(file_chunks(f, path, ContentDigest()))) if compressed else f,
+                path,
+            ):
                 yield from _strings(row)
             return
         data = b"".join(file_chunks(f, path, ContentDigest())).removeprefix(BOM)
@@ -90,7 +98,9 @@ def _examples(path: str, separator: str) -> Iterator[str]:
         try:
             document = json.loads(text)
         except json.JSONDecodeError:
-            yield from _json_lines(path, file_lines(path, _LINE_LIMIT))  # JSON Lines under a .json name, as many are
+            yield from _json_lines(
+                path, file_lines(path, _LINE_LIMIT)
+            )  # JSON Lines under a .json name, as many are
         else:
             yield from _strings(document)
     else:
@@ -98,8 +108,9 @@ def _examples(path: str, separator: str) -> Iterator[str]:
 
 
 def examples(path: str, separator: str) -> Iterator[str]:
-    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the format.
-    The input readers read it (pipeline/prepare/read/): lines, compression and errors as for inputs."""
+    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the
+    format. The input readers read it (pipeline/prepare/read/): lines, compression and errors as
+    for inputs."""
     try:
         yield from _examples(path, separator)
     except SourceError as e:
@@ -113,7 +124,8 @@ class EvalFileStats:
 
 
 def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, EvalFileStats]:
-    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can match."""
+    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can
+    match."""
     hashes, count = [], 0
     for example in examples(path, separator):
         if example.strip():
@@ -122,8 +134,8 @@ def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, Eva
     unique = np.unique(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
     if not count:
         raise EvalSetError(
-            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a text file); "
-            "check the file, or its name's suffix, which says how it is read"
+            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a "
+            "text file); check the file, or its name's suffix, which says how it is read"
         )
     if not len(unique):
         raise EvalSetError(
@@ -141,7 +153,10 @@ class EvalSet:
         per_file = [_file_ngrams(path, ngram, separator) for path in paths]
         self.stats = tuple(stats for _, stats in per_file)
         hashes = np.concatenate([h for h, _ in per_file] or [np.zeros(0, dtype=np.uint64)])
-        files = np.concatenate([np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)] or [np.zeros(0, np.int32)])
+        files = np.concatenate(
+            [np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)]
+            or [np.zeros(0, np.int32)]
+        )
         order = np.lexsort((files, hashes))
         hashes, files = hashes[order], files[order]
         first = np.ones(len(hashes), dtype=bool)
@@ -161,17 +176,22 @@ class EvalSet:
 
 
 @functools.cache
-def eval_set(paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]) -> EvalSet:
+def eval_set(
+    paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]
+) -> EvalSet:
     """Loaded once per worker process; refuses eval files changed since the launcher hashed them."""
     for path, expected in zip(paths, digests):
         if file_sha256(path) != expected:
             raise EvalSetError(
-                f"{path} changed since this run started (sha256 {expected}); rerun to decontaminate against it as it is now"
+                f"{path} changed since this run started (sha256 {expected}); rerun to "
+                "decontaminate against it as it is now"
             )
     return EvalSet(paths, ngram, separator)
 
 
-def ngram_texts(paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]) -> dict[int, str]:
+def ngram_texts(
+    paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]
+) -> dict[int, str]:
     """The words of the eval n-grams whose hashes are `wanted` (as they are compared: case-folded),
     from their first occurrence in the files."""
     found: dict[int, str] = {}

@@ -34,7 +34,9 @@ def normalized(text: str) -> str:
 
 def exact_key(text: str) -> bytes:
     """16 bytes of BLAKE2b of the normalized text: collisions stay improbable at 10^12 documents."""
-    return hashlib.blake2b(normalized(text).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return hashlib.blake2b(
+        normalized(text).encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
 
 
 @functools.cache
@@ -74,8 +76,17 @@ class ExactKey:
 
     def update(self, piece: str) -> None:
         text = self._held + piece
-        at = next((i for i in range(len(text) - 1, max(len(text) - _LOOK_BACK, 0), -1) if _starts_fresh(text[i])), 0)
-        if at == 0 and len(text) > _MAX_HELD:  # no such point near the end of a long text (combining marks alone)
+        at = next(
+            (
+                i
+                for i in range(len(text) - 1, max(len(text) - _LOOK_BACK, 0), -1)
+                if _starts_fresh(text[i])
+            ),
+            0,
+        )
+        if (
+            at == 0 and len(text) > _MAX_HELD
+        ):  # no such point near the end of a long text (combining marks alone)
             at = len(text)
         self._held = text[at:]
         self._add(text[:at])
@@ -104,7 +115,9 @@ def words(text: str) -> list[str]:
 
 def word_hashes(text: str) -> np.ndarray:
     found = words(text)
-    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, found)), dtype=np.uint64, count=len(found))
+    return np.fromiter(
+        map(xxhash.xxh3_64_intdigest, map(str.encode, found)), dtype=np.uint64, count=len(found)
+    )
 
 
 def ngram_hashes(words: np.ndarray, n: int) -> np.ndarray:
@@ -153,8 +166,12 @@ class MinHasher:
     def __init__(self, ngram: int, bands: int, rows: int):
         self.ngram, self.bands, self.rows = ngram, bands, rows
         count = np.uint64(bands * rows)
-        self._multipliers = (splitmix64(np.arange(count, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
-        self._offsets = (splitmix64(np.arange(count, 2 * count, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32)
+        self._multipliers = (splitmix64(np.arange(count, dtype=np.uint64)) >> np.uint64(32)).astype(
+            np.uint32
+        ) | np.uint32(1)
+        self._offsets = (
+            splitmix64(np.arange(count, 2 * count, dtype=np.uint64)) >> np.uint64(32)
+        ).astype(np.uint32)
 
     def empty(self) -> np.ndarray:
         return np.full(self.bands * self.rows, np.iinfo(np.uint32).max, dtype=np.uint32)
@@ -179,7 +196,9 @@ class MinHasher:
         """(documents, bands) keys, one per band of each signature; a band's index is part of its
         key, so equal keys mean equal rows in the same band."""
         bands = signatures.reshape(len(signatures), self.bands, self.rows)
-        keys = np.broadcast_to(np.arange(self.bands, dtype=np.uint64), (len(signatures), self.bands)).copy()
+        keys = np.broadcast_to(
+            np.arange(self.bands, dtype=np.uint64), (len(signatures), self.bands)
+        ).copy()
         for row in range(self.rows):
             keys = splitmix64(keys ^ bands[:, :, row].astype(np.uint64))
         return keys
