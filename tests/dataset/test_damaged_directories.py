@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pipeline.load.lengths import CACHE_ENV
 from schemas import formats
 from support.damage import Outcome, batches, inspect, lengths_report, run, verify
+from support.runs import TINY_MODEL
 from support.synthetic import unique_documents, write_prepared
 
 # Every test runs the commands on a prepared directory, or trains.
@@ -34,14 +35,7 @@ def train(data_dir: str, workdir: str) -> Outcome:
             data_dir,
             "--workdir",
             workdir,
-            "--preset",
-            "tiny",
-            "--width",
-            "32",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
+            *TINY_MODEL,
             "--steps",
             "2",
             "--batch-size",

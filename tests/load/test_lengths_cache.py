@@ -18,7 +18,7 @@ from pipeline.load import lengths
 from pipeline.load.lengths import CACHE_ENV
 from schemas import formats
 from support.damage import batches, copy_over, inspect, lengths_report, restore, small_stories, swap
-from support.runs import run_command
+from support.runs import TINY_MODEL, run_command
 
 # Each test prepares, copies and reads directories through the commands.
 pytestmark = pytest.mark.integration
@@ -196,14 +196,7 @@ def test_train_after_a_repaired_shard_trains_on_the_batches_of_a_fresh_cache(
             stories_copy,
             "--workdir",
             workdir,
-            "--preset",
-            "tiny",
-            "--width",
-            "32",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
+            *TINY_MODEL,
             "--steps",
             "3",
             "--batch-size",

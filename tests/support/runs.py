@@ -85,6 +85,10 @@ def files_in_place(directory: str) -> int:
     )
 
 
+# The flags of the smallest model that trains end to end in a test.
+TINY_MODEL = ("--preset", "tiny", "--width", "32", "--layers", "1", "--heads", "2")
+
+
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipeline", "prepare", *args],
