@@ -122,7 +122,7 @@ class PrepareConfig:
 class TokenizerInfo:
     """What the ids mean. `vocab_sha256` is the tokenizer's identity, a hash of everything that
     decides its ids (tiktoken: ranks, split pattern, specials; `tokenizers`: the whole
-    tokenizer.json); `eot_id` ends every document and `bos_id`, when set, starts it (`boundary`
+    tokenizer.json; `sentencepiece`: the `.model` file's bytes); `eot_id` ends every document and `bos_id`, when set, starts it (`boundary`
     says so in words, and where the rule came from)."""
 
     name: str
@@ -308,7 +308,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     "n_vocab": _INT,
                     "eot_id": _INT,
                     "tiktoken_version": _STR,
-                    "library": {"enum": ["tiktoken", "tokenizers"]},
+                    "library": {"enum": ["tiktoken", "tokenizers", "sentencepiece"]},
                     "library_version": _STR,
                     "bos_id": {"type": ["integer", "null"], "minimum": 0},
                     "boundary": _STR,

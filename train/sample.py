@@ -70,10 +70,18 @@ def sample(
         checkpointer.restore_model(step, model)
         # A document starts with the BOS where the data's rule puts one.
         bos = [] if info.bos_id is None else [info.bos_id]
+        prompt_ids = tokenizer.encode_ordinary(prompt)
         ids = generate(
-            model, bos + tokenizer.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
+            model, bos + prompt_ids, max_tokens=max_tokens, key=jax.random.key(seed),
             temperature=temperature, top_k=top_k, vocab_size=info.n_vocab, stop_token=info.eot_id,
             context=config.seq_len,
         )
     checkpointer.close()
-    return prompt + tokenizer.decode(ids)
+    return prompt + continuation(tokenizer, prompt_ids, ids)
+
+
+def continuation(tokenizer, prompt_ids: list[int], ids: list[int]) -> str:
+    """The text `ids` add after the prompt's, decoded after it: a SentencePiece model decodes a
+    word's leading `▁` as a space only after other text (first, it is the dummy prefix)."""
+    before, joined = tokenizer.decode(prompt_ids), tokenizer.decode(prompt_ids + ids)
+    return joined[len(before):] if joined.startswith(before) else tokenizer.decode(ids)
