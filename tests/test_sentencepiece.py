@@ -204,7 +204,7 @@ def test_encode_long_is_encode(name):
 
 
 def test_long_document_in_many_pieces():
-    """A 170 kB document in 2**13-character pieces (the code path of a 20 MB one's 2**14)."""
+    """A 160 kB document in 2**13-character pieces (the code path of a 20 MB one's 2**14)."""
     r = random.Random(5)
     text = " ".join(training_sentences(3000, seed=9)) + " " + "".join(random_text(r, 30) for _ in range(200))
     for name in ("bpe_llama_like", "bpe_default", "bpe_suffix"):
