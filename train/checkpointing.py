@@ -22,6 +22,7 @@ from etils import epath
 from flax import nnx
 
 from model.gpt import GPT
+from train.errors import TrainError
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -41,7 +42,7 @@ class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
             return super().restore(directory, item=item)
         saved = sorted(directory.glob("process_0-of-*.json"))
         if not saved:
-            raise ValueError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+            raise TrainError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
         item.set_state(json.loads(saved[0].read_text()))
         return item
 
@@ -107,7 +108,7 @@ class Checkpointer:
         feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
-                raise ValueError(
+                raise TrainError(
                     f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
                     f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
                 )

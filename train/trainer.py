@@ -21,6 +21,7 @@ from pipeline.load import (
     open_sources,
 )
 from schemas.manifest import Manifest
+from schemas.errors import SettingError
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
 from train.host_batches import FedBatches
@@ -123,9 +124,9 @@ def _open(config: TrainConfig) -> _Opened:
     manifests = open_sources(config.data)
     tokenizer = RunTokenizer.of(manifests[0], config.data[0].path)
     if tokenizer.info.n_vocab > config.model.vocab_size:
-        raise ValueError(
-            f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size}); "
-            "drop --vocab-size (the data's is the default) or give at least the data's"
+        raise SettingError(
+            "vocab_size", config.model.vocab_size,
+            f"must hold the data's vocabulary of {tokenizer.info.n_vocab} ids; leave it out to take the data's",
         )
     saved = load_saved(config.workdir)
     if saved is not None:

@@ -1,6 +1,7 @@
 """Where a SentencePiece BPE model's long document may be cut so that its pieces' ids join to
 exactly the whole document's: the split rule (docs/sentencepiece.md has its proof against the
-library's C++ source; tests/test_sentencepiece.py checks it against whole-document `encode`).
+library's C++ source; tests/tokenization/test_sentencepiece.py checks it against whole-document
+`encode`).
 
 - Prefix models (the usual case, `treat_whitespace_as_suffix` off: Llama 2, Mistral, Gemma): cut
   before an ASCII space whose preceding character is in the model's *safe set*; every piece but the

@@ -48,7 +48,9 @@ _OUTPUT_PACKAGES = (
 # Hugging Face client reads hub files). A run that does not need them records nothing of them, so
 # its manifest does not depend on what else happens to be installed.
 _EXTRA_OUTPUT_PACKAGES = {
-    "hf": ("datasets", "huggingface-hub"), "filters": ("datatrove", "spacy"), "sentencepiece": ("sentencepiece",)
+    "hf": ("datasets", "huggingface-hub"),
+    "filters": ("datatrove", "spacy"),
+    "sentencepiece": ("sentencepiece",),
 }
 # Beam's own dependencies come with the SDK container of the launcher's Beam version: pinning them
 # would reinstall them, and unsettle the container's other packages, on every worker.
