@@ -9,7 +9,8 @@
 - `inspect --plot`: `.[plot]` (and `.[load]` for the lengths index `inspect` reads);
 - work on the project: `make venv` (`.[dev]`, pinned by constraints.txt).
 
-Beam builds an sdist of this file for `--setup_file`; tests/project/test_packaging.py checks what it holds.
+Beam builds an sdist of this file for `--setup_file`; tests/project/test_packaging.py checks what it
+holds.
 """
 
 from setuptools import find_packages, setup
@@ -44,23 +45,36 @@ FILTERS = ["datatrove>=0.10.1", "spacy>=3.8"]
 SENTENCEPIECE = ["sentencepiece>=0.2.2,<0.2.3"]
 LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
 PLOT = ["matplotlib>=3.8"]  # `inspect --plot`, the trainer's loss curve
-TRAIN = LOAD + SENTENCEPIECE + [
-    "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
-    "tiktoken>=0.9",
-    "jax>=0.7",
-    "flax>=0.12",
-    "optax>=0.2.5",
-    "orbax-checkpoint>=0.11",
-    *PLOT,
-    "tqdm>=4.66",
-]
+TRAIN = (
+    LOAD
+    + SENTENCEPIECE
+    + [
+        "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
+        "tiktoken>=0.9",
+        "jax>=0.7",
+        "flax>=0.12",
+        "optax>=0.2.5",
+        "orbax-checkpoint>=0.11",
+        *PLOT,
+        "tqdm>=4.66",
+    ]
+)
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
 GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
-# `wheel`: the tests build the sdist into a wheel without a package index (tests/support/worker_venv.py).
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100", "wheel>=0.40"]
+# `wheel`: the tests build the sdist into a wheel without a package index
+# (tests/support/worker_venv.py); `ruff`: the linter and formatter `make test` checks first
+# (ruff.toml).
+TEST = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "gcp-storage-emulator",
+    "hypothesis>=6.100",
+    "wheel>=0.40",
+    "ruff>=0.15",
+]
 
 setup(
     name="tokshards",

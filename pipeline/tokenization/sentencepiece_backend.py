@@ -30,7 +30,13 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.tokenization.boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
+from pipeline.tokenization.boundaries import (
+    Boundary,
+    TokenizerError,
+    join_documents,
+    piece_ids,
+    resolve_boundary,
+)
 from pipeline.tokenization.sentencepiece_model import (
     MODEL_FILE,
     inspect_model,
@@ -47,7 +53,8 @@ _NOT_UTF8 = (RuntimeError, TypeError, UnicodeEncodeError)
 
 
 def _valid(text: str) -> str:
-    """`text` with lone surrogates (from JSON escapes) replaced by U+FFFD, as the other backends do."""
+    """`text` with lone surrogates (from JSON escapes) replaced by U+FFFD, as the other backends
+    do."""
     try:
         text.encode("utf-8")
         return text
@@ -94,25 +101,38 @@ class SentencePieceTokenizer:
             name = name or _name_of(spec)
         parsed = parse_model(model)
         if parsed is None:
-            raise TokenizerError(f"{spec!r} is not a SentencePiece model (a serialized sentencepiece ModelProto)")
+            raise TokenizerError(
+                f"{spec!r} is not a SentencePiece model (a serialized sentencepiece ModelProto)"
+            )
         proto, table = parsed
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=model)
         except (RuntimeError, OSError, ValueError) as e:  # the library's load status, as raised
-            raise TokenizerError(f"SentencePiece model {spec!r} is refused by the library: {e}") from None
+            raise TokenizerError(
+                f"SentencePiece model {spec!r} is refused by the library: {e}"
+            ) from None
         self._bytes = model
-        self._args = dict(bos_flag=bos_flag, eos_flag=eos_flag, name=name, num_threads=num_threads,
-                          piece_chars=piece_chars)
+        self._args = dict(
+            bos_flag=bos_flag,
+            eos_flag=eos_flag,
+            name=name,
+            num_threads=num_threads,
+            piece_chars=piece_chars,
+        )
         self.kind = inspect_model(proto, table)
         self.rule = can_split(proto, table)
         self.num_threads = num_threads
         self.piece_chars = piece_chars
         sp = self.sp
         self.boundary: Boundary = resolve_boundary(
-            spec=spec, token_id=self._token_id, specials=set(self.kind.control),
+            spec=spec,
+            token_id=self._token_id,
+            specials=set(self.kind.control),
             bos=sp.id_to_piece(sp.bos_id()) if sp.bos_id() >= 0 else None,
             eos=sp.id_to_piece(sp.eos_id()) if sp.eos_id() >= 0 else None,
-            source="the model", bos_flag=bos_flag, eos_flag=eos_flag,
+            source="the model",
+            bos_flag=bos_flag,
+            eos_flag=eos_flag,
         )
         self.info = TokenizerInfo(
             name=name or "sentencepiece",
@@ -131,7 +151,11 @@ class SentencePieceTokenizer:
 
     def _token_id(self, piece: str) -> int | None:
         token_id = self.sp.piece_to_id(piece)  # the unknown piece's id for a piece it lacks
-        return None if token_id == self.sp.unk_id() and piece != self.sp.id_to_piece(token_id) else token_id
+        return (
+            None
+            if token_id == self.sp.unk_id() and piece != self.sp.id_to_piece(token_id)
+            else token_id
+        )
 
     @functools.cached_property
     def _continuation(self):
@@ -139,7 +163,9 @@ class SentencePieceTokenizer:
         models): the model with `add_dummy_prefix` as the split rule sets it."""
         if self.rule.continuation_dummy == self.kind.add_dummy_prefix:
             return self.sp
-        return library().SentencePieceProcessor(model_proto=with_dummy_prefix(self._bytes, self.rule.continuation_dummy))
+        return library().SentencePieceProcessor(
+            model_proto=with_dummy_prefix(self._bytes, self.rule.continuation_dummy)
+        )
 
     # -- the ids of one text ----------------------------------------------------------------------
 
@@ -199,7 +225,8 @@ class SentencePieceTokenizer:
         return [next(ids) if len(t) <= self.piece_chars else self.encode_long(t) for t in texts]
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """`[BOS] + encode(doc) + [EOS]` for every document, concatenated as uint32, and their lengths."""
+        """`[BOS] + encode(doc) + [EOS]` for every document, concatenated as uint32, and their
+        lengths."""
         return join_documents(self._encode(texts), self.boundary)
 
     def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:

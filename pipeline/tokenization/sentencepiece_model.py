@@ -142,7 +142,8 @@ def parse_model(data: bytes):
 
 @dataclasses.dataclass(frozen=True)
 class ModelKind:
-    """What a model is: its type, size, pieces by kind, and the settings that decide how it encodes."""
+    """What a model is: its type, size, pieces by kind, and the settings that decide how it
+    encodes."""
 
     model_type: str
     n_vocab: int
@@ -181,8 +182,9 @@ def inspect_model(proto, table: PieceTable) -> ModelKind:
 def with_dummy_prefix(data: bytes, add_dummy_prefix: bool) -> bytes:
     """The model with `normalizer_spec.add_dummy_prefix` set as given and its self-test samples
     (whose expected pieces the change would falsify; versions that run them at load would refuse
-    the model) dropped; every other field as it was, those this `ModelProto` does not know included
-    (protobuf keeps unknown fields). Serialized deterministically: the same bytes in every process."""
+    the model) dropped; every other field as it was, those this `ModelProto` does not know
+    included (protobuf keeps unknown fields). Serialized deterministically: the same bytes in every
+    process."""
     proto = model_proto_class()()
     proto.ParseFromString(data)
     proto.normalizer_spec.add_dummy_prefix = add_dummy_prefix

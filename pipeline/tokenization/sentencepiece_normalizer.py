@@ -34,7 +34,8 @@ def read_charsmap(blob: bytes) -> Charsmap:
     base = np.arange(n, dtype=np.int64) ^ ((units >> 10) << ((units & (1 << 9)) >> 6))
     # Labels of the units, with one more no byte has, where a would-be child past the array points,
     # so that every position's would-be child for every byte is looked up at once; a child is real
-    # when its unit carries that byte (darts.h: traverse). Only edges out of reachable nodes are used.
+    # when its unit carries that byte (darts.h: traverse). Only edges out of reachable nodes are
+    # used.
     unit_label = np.full(n + 1, -1, dtype=np.int64)
     unit_label[:n] = units & ((1 << 31) | 0xFF)  # a leaf unit's label has the MSB: no byte's
     labels = np.arange(1, 256, dtype=np.int64)
@@ -69,7 +70,8 @@ def read_charsmap(blob: bytes) -> Charsmap:
 
 
 def nodes_reaching(charsmap: Charsmap, bad_leaf: Callable[[bytes], bool]) -> set[int]:
-    """The nodes from which a rule whose replacement is `bad_leaf` can be reached (the node included)."""
+    """The nodes from which a rule whose replacement is `bad_leaf` can be reached (the node
+    included)."""
     bad: set[int] = set()
     done: set[int] = set()
     for root in charsmap.children:
@@ -86,7 +88,8 @@ def nodes_reaching(charsmap: Charsmap, bad_leaf: Callable[[bytes], bool]) -> set
                 stack.extend((k, False) for k in kids if k not in done)
                 continue
             done.add(node)
-            if (node in charsmap.leaf_value and bad_leaf(charsmap.leaf_value[node])) or any(k in bad for k in kids):
+            if (node in charsmap.leaf_value and bad_leaf(charsmap.leaf_value[node])) or any(
+                k in bad for k in kids
+            ):
                 bad.add(node)
     return bad
-

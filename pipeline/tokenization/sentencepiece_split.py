@@ -49,7 +49,8 @@ from pipeline.tokenization.sentencepiece_normalizer import nodes_reaching, read_
 # caches): per CPU-second it encodes 1.7 MB of a 5 MiB document whole, 5.8 MB in 2**14-character
 # pieces (docs/sentencepiece.md).
 PIECE_CHARS = 2**14
-# The characters a cut may sit next to, before the model's own exclusions: printable ASCII but space.
+# The characters a cut may sit next to, before the model's own exclusions: printable ASCII but
+# space.
 CANDIDATES = frozenset(chr(c) for c in range(0x21, 0x7F))
 _SEARCH_TRIES = 64  # rfind steps before the rest of the window is searched by pattern
 
@@ -62,7 +63,9 @@ class SplitRule:
     reasons: tuple[str, ...]  # why it is refused; empty when allowed
     suffix: bool = False  # cut after the space (treat_whitespace_as_suffix) rather than before it
     safe: frozenset[str] = frozenset()  # the characters a cut may sit next to
-    safe_before: frozenset[str] = frozenset()  # suffix models: the characters before the cut's space
+    safe_before: frozenset[str] = (
+        frozenset()
+    )  # suffix models: the characters before the cut's space
     continuation_dummy: bool = False  # add_dummy_prefix of the processor for the other pieces
     excluded: tuple[str, ...] = ()  # printable ASCII taken out of the safe set, with why
 
@@ -108,16 +111,23 @@ def _charsmap_rule(blob: bytes, suffix: bool) -> tuple[str | None, tuple[tuple[s
                 if b < 0x80:
                     out.setdefault(chr(b), "a normalization rule joins it to a preceding space")
         if not suffix and 0x20 in kids and charsmap.label[node] < 0x80:
-            out.setdefault(chr(charsmap.label[node]), "a normalization rule joins it to a following space")
+            out.setdefault(
+                chr(charsmap.label[node]), "a normalization rule joins it to a following space"
+            )
     if suffix:  # the rules that start with the character: all below its node
         below = nodes_reaching(charsmap, lambda v: _bad_ends(v, suffix=True))
         for b, n in root.items():
             if b < 0x80 and n in below:
-                out.setdefault(chr(b), "a normalization rule for it can start in whitespace or nothing")
+                out.setdefault(
+                    chr(b), "a normalization rule for it can start in whitespace or nothing"
+                )
     else:  # the rules that end with the character: the nodes it labels
         for n, v in charsmap.leaf_value.items():
             if charsmap.label[n] < 0x80 and _bad_ends(v, suffix=False):
-                out.setdefault(chr(charsmap.label[n]), "a normalization rule ending in it can end in whitespace or nothing")
+                out.setdefault(
+                    chr(charsmap.label[n]),
+                    "a normalization rule ending in it can end in whitespace or nothing",
+                )
     return refusal, tuple(sorted(out.items()))
 
 
@@ -128,9 +138,9 @@ def can_split(proto, table: PieceTable) -> SplitRule:
     reasons: list[str] = []
     if kind.model_type != "BPE":
         why = {
-            "UNIGRAM": "a Unigram model's Viterbi search sums path scores in float32 from the start of "
-            "the text (unigram_model.cc, EncodeOptimized), so where near-ties fall depends on the "
-            "score of everything before a cut: no cut is provably exact",
+            "UNIGRAM": "a Unigram model's Viterbi search sums path scores in float32 from the "
+            "start of the text (unigram_model.cc, EncodeOptimized), so where near-ties fall "
+            "depends on the score of everything before a cut: no cut is provably exact",
             "WORD": "a WORD model merges adjacent unknown words into one <unk>, also across a cut",
         }
         reasons.append(why.get(kind.model_type, f"{kind.model_type} models are not analysed"))
@@ -138,23 +148,32 @@ def can_split(proto, table: PieceTable) -> SplitRule:
         reasons.append("escape_whitespaces is off, so spaces are not the ▁ the rule relies on")
     if kind.unused:
         reasons.append(
-            f"{kind.unused} UNUSED pieces: BPE re-segments them with a table built over the whole text "
-            "(bpe_model.cc, rev_merge), so a piece's ids can depend on text on the other side of a cut"
+            f"{kind.unused} UNUSED pieces: BPE re-segments them with a table built over the whole "
+            "text (bpe_model.cc, rev_merge), so a piece's ids can depend on text on the other side "
+            "of a cut"
         )
     texts, types, scores = table.texts, table.types, table.scores
-    scored = [(s, x) for s, k, x in zip(texts, types, scores) if k in (NORMAL, USER_DEFINED, UNUSED)]
+    scored = [
+        (s, x) for s, k, x in zip(texts, types, scores) if k in (NORMAL, USER_DEFINED, UNUSED)
+    ]
     if any(x != x for _, x in scored):
         reasons.append("a piece has a NaN score, which breaks BPE's merge order")
     space_type = types[texts.index(SPACE)] if SPACE in texts else None
     if not kind.byte_fallback and space_type not in (NORMAL, USER_DEFINED):
         reasons.append(
-            "the vocabulary has no ▁ piece and no byte fallback: a lone ▁ would be <unk>, and runs of "
-            "<unk> merge into one id across a cut"
+            "the vocabulary has no ▁ piece and no byte fallback: a lone ▁ would be <unk>, and runs "
+            "of <unk> merge into one id across a cut"
         )
-    if not suffix and kind.remove_extra_whitespaces and any(s.startswith(" ") for s in kind.user_defined):
+    if (
+        not suffix
+        and kind.remove_extra_whitespaces
+        and any(s.startswith(" ") for s in kind.user_defined)
+    ):
         # The symbol is one unit of the normalizer (normalizer.cc: matcher_ before the rules), which
         # the whitespace collapse treats unlike a lone space at the start of a piece.
-        reasons.append("a user-defined symbol starts with a space and remove_extra_whitespaces is on")
+        reasons.append(
+            "a user-defined symbol starts with a space and remove_extra_whitespaces is on"
+        )
 
     # The characters next to a cut's space, and what each must not be joined to.
     #   before: the space ends no rule or user-defined symbol that starts before it (normalizer.cc:
@@ -167,11 +186,13 @@ def can_split(proto, table: PieceTable) -> SplitRule:
     after = _normalizer_exclusions(proto, kind, after=True, reasons=reasons) if suffix else {}
     pieces = {}
     joined = "\0".join(s for s, _ in scored)  # one scan of all pieces for c▁ (▁c)
-    for m in re.finditer(f"([^{SPACE}\0]){SPACE}" if not suffix else f"{SPACE}([^{SPACE}\0])", joined):
+    for m in re.finditer(
+        f"([^{SPACE}\0]){SPACE}" if not suffix else f"{SPACE}([^{SPACE}\0])", joined
+    ):
         c = m.group(1)
         if c in CANDIDATES and c not in pieces:
             lo, hi = joined.rfind("\0", 0, m.start()) + 1, joined.find("\0", m.end())
-            pieces[c] = f"the piece {joined[lo:hi if hi >= 0 else None]!r} joins it to ▁"
+            pieces[c] = f"the piece {joined[lo : hi if hi >= 0 else None]!r} joins it to ▁"
     cut_side = {**pieces, **(after if suffix else before)}
     safe = frozenset(CANDIDATES - cut_side.keys())
     safe_before = frozenset(CANDIDATES - before.keys()) if suffix else frozenset()
@@ -189,7 +210,9 @@ def can_split(proto, table: PieceTable) -> SplitRule:
     )
 
 
-def _normalizer_exclusions(proto, kind: ModelKind, *, after: bool, reasons: list[str]) -> dict[str, str]:
+def _normalizer_exclusions(
+    proto, kind: ModelKind, *, after: bool, reasons: list[str]
+) -> dict[str, str]:
     """The printable ASCII characters that may not sit before (after) a cut's space, by the
     normalizer: user-defined symbols (matched in the raw text) and normalization rules."""
     out: dict[str, str] = {}
@@ -220,7 +243,9 @@ def cut_points(text: str, rule: SplitRule, piece_chars: int = PIECE_CHARS) -> It
     while len(text) - start > piece_chars:
         low, high = start + piece_chars // 2, start + piece_chars
         at, found = high + 1, None
-        for _ in range(_SEARCH_TRIES):  # the last space in the piece's second half with safe neighbours
+        for _ in range(
+            _SEARCH_TRIES
+        ):  # the last space in the piece's second half with safe neighbours
             at = text.rfind(" ", low, at)
             if at <= low:
                 break
@@ -253,4 +278,3 @@ def _pattern(safe: frozenset[str], before: frozenset[str], suffix: bool) -> re.P
         return "[" + "".join(re.escape(c) for c in sorted(s)) + "]"
 
     return re.compile(f"{chars(before)} {chars(safe)}" if suffix else f"{chars(safe)} ")
-

@@ -39,10 +39,15 @@ Tokenizer = TiktokenTokenizer | HFTokenizer | SentencePieceTokenizer
 
 
 def is_path_spec(spec: str) -> bool:
-    """A spec that names a local file or directory rather than a tiktoken encoding or a hub model."""
+    """A spec that names a local file or directory rather than a tiktoken encoding or a hub
+    model."""
     if is_hub_spec(spec):
         return False
-    return os.sep in spec or os.path.exists(spec) or spec.endswith((".json", ".toml", ".tiktoken", ".model"))
+    return (
+        os.sep in spec
+        or os.path.exists(spec)
+        or spec.endswith((".json", ".toml", ".tiktoken", ".model"))
+    )
 
 
 def _is_rank_file(path: str) -> bool:
@@ -64,7 +69,9 @@ def _is_tiktoken_spec(path: str) -> bool:
 
 
 @functools.cache
-def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> Tokenizer:
+def load_tokenizer(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> Tokenizer:
     """The tokenizer a spec names, with the boundary rule (`bos_token`/`eos_token` override the
     tokenizer's own; see `boundaries`). Cached per process: building the tables takes up to a few
     seconds, and prepare loads it once before forking its workers."""
@@ -83,14 +90,16 @@ def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | 
         if os.path.exists(inside):
             return HFTokenizer(inside, **flags)
         if not os.path.exists(os.path.join(spec, MODEL_FILE)):
-            raise TokenizerError(f"tokenizer directory {spec!r} holds neither {TOKENIZER_FILE} nor {MODEL_FILE}")
+            raise TokenizerError(
+                f"tokenizer directory {spec!r} holds neither {TOKENIZER_FILE} nor {MODEL_FILE}"
+            )
         spec = os.path.join(spec, MODEL_FILE)
     if spec.endswith(".tiktoken") or (spec.endswith(".model") and _is_rank_file(spec)):
         # Llama 3's original checkpoints name their rank file tokenizer.model.
         raise TokenizerError(
-            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and the special "
-            "tokens; name it in a spec file {\"ranks\": ..., \"pat_str\": ..., \"special_tokens\": {...}} "
-            "and pass that (see docs/data-format.md)"
+            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and "
+            'the special tokens; name it in a spec file {"ranks": ..., "pat_str": ..., '
+            '"special_tokens": {...}} and pass that (see docs/data-format.md)'
         )
     if spec.endswith(".model") or looks_like_model(spec):
         return SentencePieceTokenizer(spec, **flags)
@@ -99,5 +108,7 @@ def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | 
     return HFTokenizer(spec, **flags)
 
 
-def tokenizer_info(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> TokenizerInfo:
+def tokenizer_info(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> TokenizerInfo:
     return load_tokenizer(spec, bos_token=bos_token, eos_token=eos_token).info

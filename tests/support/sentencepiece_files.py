@@ -15,7 +15,18 @@ _SYLLABLES = "ka ti ro me nu sa le do pi ga fu ze wo ha ri ta mo ne ki so la be"
 _R = random.Random(42)
 LEXICON = ["".join(_R.choice(_SYLLABLES) for _ in range(_R.randint(1, 4))) for _ in range(1500)]
 LEXICON += "the of and new york naïve café Straße 2024 12345 3.14 <s> </s> x y a b".split()
-_EXTRA = ["日本語の文章", "中文字符", "한국어", "😀🎉", "ｆｕｌｌ", "e\u0301", "\u00a0", "\t", "  ", "Ⅻ"]
+_EXTRA = [
+    "日本語の文章",
+    "中文字符",
+    "한국어",
+    "😀🎉",
+    "ｆｕｌｌ",
+    "e\u0301",
+    "\u00a0",
+    "\t",
+    "  ",
+    "Ⅻ",
+]
 
 # Each a way models are trained: BPE and Unigram, byte fallback on and off, the dummy prefix on and
 # off, nmt_nfkc and identity normalization, the whitespace collapse on and off, user-defined pieces,
@@ -24,39 +35,70 @@ _EXTRA = ["日本語の文章", "中文字符", "한국어", "😀🎉", "ｆｕ
 BPE = {
     "bpe_default": {},  # nmt_nfkc, remove_extra_whitespaces, add_dummy_prefix
     "bpe_byte_fallback": {"byte_fallback": True},
-    "bpe_identity_keep_ws": {"normalization_rule_name": "identity", "remove_extra_whitespaces": False},
+    "bpe_identity_keep_ws": {
+        "normalization_rule_name": "identity",
+        "remove_extra_whitespaces": False,
+    },
     "bpe_llama_like": {
-        "byte_fallback": True, "normalization_rule_name": "identity", "remove_extra_whitespaces": False,
-        "split_digits": True, "allow_whitespace_only_pieces": True, "split_by_unicode_script": True,
+        "byte_fallback": True,
+        "normalization_rule_name": "identity",
+        "remove_extra_whitespaces": False,
+        "split_digits": True,
+        "allow_whitespace_only_pieces": True,
+        "split_by_unicode_script": True,
     },
     "bpe_no_dummy": {"add_dummy_prefix": False},
     "bpe_gemma_like": {
-        "byte_fallback": True, "normalization_rule_name": "identity", "remove_extra_whitespaces": False,
-        "add_dummy_prefix": False, "split_digits": True, "allow_whitespace_only_pieces": True,
+        "byte_fallback": True,
+        "normalization_rule_name": "identity",
+        "remove_extra_whitespaces": False,
+        "add_dummy_prefix": False,
+        "split_digits": True,
+        "allow_whitespace_only_pieces": True,
         "user_defined_symbols": ["  ", "\t\t", "<start_of_turn>"],
     },
     "bpe_user_defined": {"user_defined_symbols": ["<s>x", "a b", "new▁york", "▁▁", "x▁y", "<tag>"]},
     "bpe_split_digits": {"split_digits": True, "byte_fallback": True},
-    "bpe_ws_only_pieces": {"allow_whitespace_only_pieces": True, "split_by_whitespace": False, "remove_extra_whitespaces": False},
+    "bpe_ws_only_pieces": {
+        "allow_whitespace_only_pieces": True,
+        "split_by_whitespace": False,
+        "remove_extra_whitespaces": False,
+    },
     "bpe_suffix": {"treat_whitespace_as_suffix": True},
     "bpe_identity_collapse_ws": {"normalization_rule_name": "identity"},
-    "bpe_suffix_identity_collapse_ws": {"treat_whitespace_as_suffix": True, "normalization_rule_name": "identity"},
+    "bpe_suffix_identity_collapse_ws": {
+        "treat_whitespace_as_suffix": True,
+        "normalization_rule_name": "identity",
+    },
     "bpe_suffix_keep_ws_no_dummy": {
-        "treat_whitespace_as_suffix": True, "remove_extra_whitespaces": False, "add_dummy_prefix": False,
+        "treat_whitespace_as_suffix": True,
+        "remove_extra_whitespaces": False,
+        "add_dummy_prefix": False,
         "normalization_rule_name": "identity",
     },
 }
 UNIGRAM = {
     "unigram_default": {"model_type": "unigram"},  # T5's layout
-    "unigram_byte_fallback": {"model_type": "unigram", "byte_fallback": True, "normalization_rule_name": "identity"},
-    "unigram_no_dummy_user_defined": {"model_type": "unigram", "add_dummy_prefix": False, "user_defined_symbols": ["<tag>"]},
+    "unigram_byte_fallback": {
+        "model_type": "unigram",
+        "byte_fallback": True,
+        "normalization_rule_name": "identity",
+    },
+    "unigram_no_dummy_user_defined": {
+        "model_type": "unigram",
+        "add_dummy_prefix": False,
+        "user_defined_symbols": ["<tag>"],
+    },
 }
 
 
 def training_sentences(n: int = 2000, seed: int = 0):
     r = random.Random(seed)
     for _ in range(n):
-        words = [LEXICON[min(int(r.paretovariate(0.8)) - 1, len(LEXICON) - 1)] for _ in range(r.randint(3, 16))]
+        words = [
+            LEXICON[min(int(r.paretovariate(0.8)) - 1, len(LEXICON) - 1)]
+            for _ in range(r.randint(3, 16))
+        ]
         if r.random() < 0.3:
             words.append(r.choice(_EXTRA))
         yield " ".join(words)
@@ -64,13 +106,19 @@ def training_sentences(n: int = 2000, seed: int = 0):
 
 @functools.cache
 def train_model(name: str, vocab_size: int = 400, stories: int = 0, **extra) -> bytes:
-    """The serialized model of a configuration of `BPE` or `UNIGRAM` (or `name` alone, with `extra`),
-    trained on `training_sentences`, or on that many of `pipeline.corpus`'s stories; the same bytes
-    for the same arguments."""
+    """The serialized model of a configuration of `BPE` or `UNIGRAM` (or `name` alone, with
+    `extra`), trained on `training_sentences`, or on that many of `pipeline.corpus`'s stories; the
+    same bytes for the same arguments."""
     import sentencepiece as spm
 
-    args = dict(vocab_size=vocab_size, model_type="bpe", character_coverage=1.0, num_threads=1, minloglevel=2,
-                hard_vocab_limit=False)
+    args = dict(
+        vocab_size=vocab_size,
+        model_type="bpe",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        hard_vocab_limit=False,
+    )
     args.update({**BPE, **UNIGRAM}.get(name, {}))
     args.update({k: list(v) if isinstance(v, tuple) else v for k, v in extra.items()})
     text = corpus.stories(stories, seed=5) if stories else training_sentences()
@@ -102,7 +150,9 @@ def shifted(data: bytes, offset: int) -> bytes:
     def insert(proto):
         pieces = list(proto.pieces)
         at = 1 + max(i for i, p in enumerate(pieces) if p.type in (UNKNOWN, CONTROL))
-        filler = [chr(0xF0000 + i) if i < 0xFFFE else chr(0x100000 + i - 0xFFFE) for i in range(offset)]
+        filler = [
+            chr(0xF0000 + i) if i < 0xFFFE else chr(0x100000 + i - 0xFFFE) for i in range(offset)
+        ]
         del proto.pieces[:]
         proto.pieces.extend(pieces[:at])
         for text in filler:
@@ -117,19 +167,129 @@ def shifted(data: bytes, offset: int) -> bytes:
 # separators, NBSP, ideographic and zero-width spaces, a literal ▁, CJK, Hangul, emoji, fullwidth
 # and combining characters, NFKC expansions, digits, control and user-defined symbols as text.
 ATOMS = [
-    " ", " ", " ", "  ", "   ", "\t", "\n", "\r\n", "\u2028", "\u00a0", "\u3000", "\u200b", "▁", "▁▁", "\x00", "\x7f",
-    "日本語", "中文", "한국어", "😀", "🎉", "🦜", "ｆｕｌｌ", "ＡＢＣ", "e\u0301", "\u0301", "ﬁ", "Ⅻ", "½", "①",
-    "<s>", "</s>", "<unk>", "<pad>", "<s>x", "<tag>", "a b", "x y", "x▁y", "new york", "12345", "3.14", "2024",
-    ".", ",", "!", "?", "'", '"', "(", ")", "-", "_", "=", "/", "\\", "@", "#", "a", "b", "x", "y", "Z", "0", "9",
-    "naïve", "café", "Straße", "Ωμέγα", "¨", "´", "…", "‥", "⑴", "㈱", "ﾊﾟ", "\ufeff", "\u2581a", "a\u2581",
+    " ",
+    " ",
+    " ",
+    "  ",
+    "   ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\u2028",
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+    "▁",
+    "▁▁",
+    "\x00",
+    "\x7f",
+    "日本語",
+    "中文",
+    "한국어",
+    "😀",
+    "🎉",
+    "🦜",
+    "ｆｕｌｌ",
+    "ＡＢＣ",
+    "e\u0301",
+    "\u0301",
+    "ﬁ",
+    "Ⅻ",
+    "½",
+    "①",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<pad>",
+    "<s>x",
+    "<tag>",
+    "a b",
+    "x y",
+    "x▁y",
+    "new york",
+    "12345",
+    "3.14",
+    "2024",
+    ".",
+    ",",
+    "!",
+    "?",
+    "'",
+    '"',
+    "(",
+    ")",
+    "-",
+    "_",
+    "=",
+    "/",
+    "\\",
+    "@",
+    "#",
+    "a",
+    "b",
+    "x",
+    "y",
+    "Z",
+    "0",
+    "9",
+    "naïve",
+    "café",
+    "Straße",
+    "Ωμέγα",
+    "¨",
+    "´",
+    "…",
+    "‥",
+    "⑴",
+    "㈱",
+    "ﾊﾟ",
+    "\ufeff",
+    "\u2581a",
+    "a\u2581",
 ]
 # Documents as a corpus holds them, empty and one-character ones included.
 TRICKY = [
-    "", " ", "  ", "a", "x", "7", "😀", "中", "\t", "a ", " a", "▁", "<s>", "</s>", "<s> </s>", "<s>hello</s>",
-    "a b", "x y", "new york", "a  b", "a   b  ", "   leading spaces", "trailing spaces   ", "Hello <s> world </s> again",
-    "ab cd ef", "12 345 6789 2024", "\t a \t", "tab\tseparated\tvalues", "a\u2028 b", "line\u2028separator",
-    "a\u00a0 b", "no\u00a0break", "a \u0301b", "😀 🎉 x", "日本語 中文 text", "日本語の文章を書きます。",
-    "ｆｕｌｌ ｗｉｄｔｈ", "e\u0301 e\u0301", "x▁y x▁ y", "the  of   and", "line one\nline two\r\nline three",
+    "",
+    " ",
+    "  ",
+    "a",
+    "x",
+    "7",
+    "😀",
+    "中",
+    "\t",
+    "a ",
+    " a",
+    "▁",
+    "<s>",
+    "</s>",
+    "<s> </s>",
+    "<s>hello</s>",
+    "a b",
+    "x y",
+    "new york",
+    "a  b",
+    "a   b  ",
+    "   leading spaces",
+    "trailing spaces   ",
+    "Hello <s> world </s> again",
+    "ab cd ef",
+    "12 345 6789 2024",
+    "\t a \t",
+    "tab\tseparated\tvalues",
+    "a\u2028 b",
+    "line\u2028separator",
+    "a\u00a0 b",
+    "no\u00a0break",
+    "a \u0301b",
+    "😀 🎉 x",
+    "日本語 中文 text",
+    "日本語の文章を書きます。",
+    "ｆｕｌｌ ｗｉｄｔｈ",
+    "e\u0301 e\u0301",
+    "x▁y x▁ y",
+    "the  of   and",
+    "line one\nline two\r\nline three",
 ]
 
 
@@ -154,7 +314,8 @@ def tricky_corpus(n: int = 200, seed: int = 0) -> list[str]:
 
 
 def long_document(chars: int, seed: int = 0) -> str:
-    """`chars` characters of `pipeline.corpus`'s stories, with a tricky passage every few stories."""
+    """`chars` characters of `pipeline.corpus`'s stories, with a tricky passage every few
+    stories."""
     r = random.Random(seed)
     parts, n = [], 0
     for story in corpus.stories(10**9, seed=seed):

@@ -17,16 +17,6 @@ import threading
 import numpy as np
 import pytest
 import sentencepiece as spm
-from support.runs import REPO
-from support.sentencepiece_files import (
-    BPE,
-    UNIGRAM,
-    edited,
-    random_text,
-    train_model,
-    training_sentences,
-    tricky_corpus,
-)
 
 from pipeline.tokenization import TokenizerError, load_tokenizer
 from pipeline.tokenization.sentencepiece_backend import SentencePieceTokenizer
@@ -45,6 +35,17 @@ from pipeline.tokenization.sentencepiece_model import (
 )
 from pipeline.tokenization.sentencepiece_normalizer import read_charsmap
 from pipeline.tokenization.sentencepiece_split import CANDIDATES, SplitRule, can_split, cut_points
+from support.runs import REPO
+from support.sentencepiece_files import (
+    BPE,
+    UNIGRAM,
+    edited,
+    random_text,
+    train_model,
+    training_sentences,
+    tricky_corpus,
+)
+
 _TOKENIZERS: dict = {}
 
 
@@ -52,7 +53,11 @@ def tokenizer(name: str, piece_chars: int = 32, **extra) -> SentencePieceTokeniz
     key = (name, piece_chars, tuple(sorted(extra.items())))
     if key not in _TOKENIZERS:
         _TOKENIZERS[key] = SentencePieceTokenizer(
-            train_model(name, **extra), bos_flag=None, eos_flag=None, name=name, piece_chars=piece_chars
+            train_model(name, **extra),
+            bos_flag=None,
+            eos_flag=None,
+            name=name,
+            piece_chars=piece_chars,
         )
     return _TOKENIZERS[key]
 
@@ -62,15 +67,46 @@ def rule_of(data: bytes) -> SplitRule:
 
 
 FIXED_TEXTS = [
-    "", " ", "  ", "a", "a ", " a", "▁", "x", "<s>", "</s>", "<s> </s>", "a b", "x y", "new york", "a  b", "a   b  ",
-    "Hello <s> world </s> again", "ab cd ef", "12 345 6789", "\t a \t", "a\u2028 b", "a\u00a0 b", "a \u0301b",
-    "😀 🎉 x", "日本語 中文 text", "ｆｕｌｌ ｗｉｄｔｈ", "e\u0301 e\u0301", "x▁y x▁ y", "the  of   and",
+    "",
+    " ",
+    "  ",
+    "a",
+    "a ",
+    " a",
+    "▁",
+    "x",
+    "<s>",
+    "</s>",
+    "<s> </s>",
+    "a b",
+    "x y",
+    "new york",
+    "a  b",
+    "a   b  ",
+    "Hello <s> world </s> again",
+    "ab cd ef",
+    "12 345 6789",
+    "\t a \t",
+    "a\u2028 b",
+    "a\u00a0 b",
+    "a \u0301b",
+    "😀 🎉 x",
+    "日本語 中文 text",
+    "ｆｕｌｌ ｗｉｄｔｈ",
+    "e\u0301 e\u0301",
+    "x▁y x▁ y",
+    "the  of   and",
 ]
 
 
 def valid_cut(text: str, i: int, rule: SplitRule) -> bool:
     if rule.suffix:
-        return 1 < i < len(text) and text[i - 1] == " " and text[i] in rule.safe and text[i - 2] in rule.safe_before
+        return (
+            1 < i < len(text)
+            and text[i - 1] == " "
+            and text[i] in rule.safe
+            and text[i - 2] in rule.safe_before
+        )
     return 0 < i < len(text) and text[i] == " " and text[i - 1] in rule.safe
 
 
@@ -89,48 +125,82 @@ def test_every_document_of_a_tricky_corpus_is_the_librarys_encoding(name):
     assert flat.tolist() == [i for e in expected for i in e]
     # the library's own add_bos/add_eos agree with the boundary
     assert [sp.encode(t, add_bos=True, add_eos=True) for t in texts[:40]] == expected[:40]
-    assert tok.boundary.describe() == f"<s> ({sp.bos_id()}) before, </s> ({sp.eos_id()}) after each document, from the model"
+    assert (
+        tok.boundary.describe()
+        == f"<s> ({sp.bos_id()}) before, </s> ({sp.eos_id()}) after each document, from the model"
+    )
 
 
 def test_flags_drop_the_bos_or_pick_other_control_symbols_and_are_refused_in_one_line():
-    data = train_model("bpe_controls", control_symbols=("<eod>", "<bod>"), user_defined_symbols=("<tag>",))
+    data = train_model(
+        "bpe_controls", control_symbols=("<eod>", "<bod>"), user_defined_symbols=("<tag>",)
+    )
     sp = spm.SentencePieceProcessor(model_proto=data)
     texts = tricky_corpus(30)
     no_bos = SentencePieceTokenizer(data, bos_flag="none", eos_flag=None)
-    assert no_bos.encode_documents(texts)[0].tolist() == [i for t in texts for i in (*sp.encode(t), sp.eos_id())]
+    assert no_bos.encode_documents(texts)[0].tolist() == [
+        i for t in texts for i in (*sp.encode(t), sp.eos_id())
+    ]
     other = SentencePieceTokenizer(data, bos_flag="<bod>", eos_flag="<eod>")
     bod, eod = sp.piece_to_id("<bod>"), sp.piece_to_id("<eod>")
-    assert other.encode_documents(texts)[0].tolist() == [i for t in texts for i in (bod, *sp.encode(t), eod)]
+    assert other.encode_documents(texts)[0].tolist() == [
+        i for t in texts for i in (bod, *sp.encode(t), eod)
+    ]
     assert other.info.bos_id == bod and other.info.eot_id == eod
     for flags, message in [
-        ({"eos_flag": "<nothing>"}, "has no token '<nothing>' (--eos-token); pass one of its special tokens"),
+        (
+            {"eos_flag": "<nothing>"},
+            "has no token '<nothing>' (--eos-token); pass one of its special tokens",
+        ),
         ({"bos_flag": "<nothing>"}, "has no token '<nothing>' (--bos-token)"),
-        ({"eos_flag": "<tag>"}, "'<tag>' (--eos-token, from the model and flags) is not a special token"),
+        (
+            {"eos_flag": "<tag>"},
+            "'<tag>' (--eos-token, from the model and flags) is not a special token",
+        ),
         ({"eos_flag": "<unk>"}, "is not a special token"),
         ({"bos_flag": "</s>"}, "the BOS '</s>' is also the EOS"),
     ]:
-        with pytest.raises(TokenizerError, match=message.replace("(", r"\(").replace(")", r"\)")) as refused:
+        with pytest.raises(
+            TokenizerError, match=message.replace("(", r"\(").replace(")", r"\)")
+        ) as refused:
             SentencePieceTokenizer(data, **{"bos_flag": None, "eos_flag": None, **flags})
         assert "\n" not in str(refused.value)
 
 
 def test_models_without_bos_or_eos():
-    no_bos = SentencePieceTokenizer(train_model("bpe_nobos", bos_id=-1), bos_flag=None, eos_flag=None)
+    no_bos = SentencePieceTokenizer(
+        train_model("bpe_nobos", bos_id=-1), bos_flag=None, eos_flag=None
+    )
     assert no_bos.sp.bos_id() == -1 and no_bos.boundary.bos_id is None  # as T5's
-    with pytest.raises(ValueError, match="BOS token is not defined"):  # the library refuses add_bos then
+    with pytest.raises(
+        ValueError, match="BOS token is not defined"
+    ):  # the library refuses add_bos then
         no_bos.sp.encode("a", add_bos=True)
-    assert no_bos.encode_documents(["a"])[0].tolist() == [*no_bos.sp.encode("a"), no_bos.sp.eos_id()]
+    assert no_bos.encode_documents(["a"])[0].tolist() == [
+        *no_bos.sp.encode("a"),
+        no_bos.sp.eos_id(),
+    ]
     assert no_bos.boundary.describe().endswith("after each document, from the model")
     # Without an EOS, the common rule's default: `</s>` where the model has it as a control symbol.
     no_eos = train_model("bpe_noeos", eos_id=-1, control_symbols=("<eod>",))
     with pytest.raises(TokenizerError, match="names no end-of-document token .* pass --eos-token"):
         SentencePieceTokenizer(no_eos, bos_flag=None, eos_flag=None)
     tok = SentencePieceTokenizer(no_eos, bos_flag=None, eos_flag="<eod>")
-    assert tok.encode_documents(["a"])[0].tolist() == [tok.sp.bos_id(), *tok.sp.encode("a"), tok.sp.piece_to_id("<eod>")]
+    assert tok.encode_documents(["a"])[0].tolist() == [
+        tok.sp.bos_id(),
+        *tok.sp.encode("a"),
+        tok.sp.piece_to_id("<eod>"),
+    ]
 
 
 def test_control_symbols_in_text_stay_text_and_user_defined_symbols_do_not():
-    for name in ("bpe_default", "bpe_llama_like", "unigram_default", "unigram_byte_fallback", "bpe_user_defined"):
+    for name in (
+        "bpe_default",
+        "bpe_llama_like",
+        "unigram_default",
+        "unigram_byte_fallback",
+        "bpe_user_defined",
+    ):
         sp = tokenizer(name).sp
         for text in ("<s>", "</s>", "a <s> b </s> c", "<s></s><unk><pad>", "</s>" * 5):
             assert not any(sp.is_control(i) for i in sp.encode(text))
@@ -165,8 +235,8 @@ def test_bpe_models_may_be_cut(name):
 
 @pytest.mark.parametrize("name", sorted(BPE))
 def test_every_valid_cut_is_exact(name):
-    """At every position the rule allows, in many tricky texts: own(left) + continuation(right) (suffix
-    models: continuation(left) + own(right)) is the whole text's ids."""
+    """At every position the rule allows, in many tricky texts: own(left) + continuation(right)
+    (suffix models: continuation(left) + own(right)) is the whole text's ids."""
     tok = tokenizer(name)
     own, cont, rule = tok.sp, tok._continuation, tok.rule
     r = random.Random(name)
@@ -198,18 +268,26 @@ def test_encode_long_is_encode(name):
             pieces = list(tok.pieces(text))
             assert "".join(p for p, _ in pieces) == text
             cuts += len(pieces) - 1
-            np.testing.assert_array_equal(tok.encode_long(text), tok.sp.encode(text, return_type="numpy"))
+            np.testing.assert_array_equal(
+                tok.encode_long(text), tok.sp.encode(text, return_type="numpy")
+            )
     assert cuts > 300
 
 
 def test_long_document_in_many_pieces():
     """A 160 kB document in 2**13-character pieces (the code path of a 20 MB one's 2**14)."""
     r = random.Random(5)
-    text = " ".join(training_sentences(3000, seed=9)) + " " + "".join(random_text(r, 30) for _ in range(200))
+    text = (
+        " ".join(training_sentences(3000, seed=9))
+        + " "
+        + "".join(random_text(r, 30) for _ in range(200))
+    )
     for name in ("bpe_llama_like", "bpe_default", "bpe_suffix"):
         tok = tokenizer(name, piece_chars=2**13)
         assert sum(1 for _ in tok.pieces(text)) > 15
-        np.testing.assert_array_equal(tok.encode_long(text), tok.sp.encode(text, return_type="numpy"))
+        np.testing.assert_array_equal(
+            tok.encode_long(text), tok.sp.encode(text, return_type="numpy")
+        )
 
 
 def test_pieces_are_bounded_and_cut_where_the_rule_says():
@@ -273,7 +351,9 @@ def test_long_documents_in_a_batch():
     texts = [random_text(r, r.randint(0, 60)) for _ in range(40)]
     flat, lengths = tok.encode_documents(texts)
     expected = [[tok.sp.bos_id(), *tok.sp.encode(t), tok.sp.eos_id()] for t in texts]
-    assert flat.tolist() == [i for e in expected for i in e] and lengths.tolist() == list(map(len, expected))
+    assert flat.tolist() == [i for e in expected for i in e] and lengths.tolist() == list(
+        map(len, expected)
+    )
     assert tok.encode_documents([])[0].size == 0
 
 
@@ -282,8 +362,8 @@ def test_long_documents_in_a_batch():
 
 
 def test_continuation_processor_is_needed():
-    """Llama-like (no whitespace collapse, dummy prefix): the right piece encoded by the model itself
-    gains a dummy ▁ that the whole text does not have there."""
+    """Llama-like (no whitespace collapse, dummy prefix): the right piece encoded by the model
+    itself gains a dummy ▁ that the whole text does not have there."""
     tok = tokenizer("bpe_identity_keep_ws")
     text = "ab cd ef"
     assert tok.sp.encode(text[:2]) + tok.sp.encode(text[2:]) != tok.sp.encode(text)
@@ -321,7 +401,9 @@ def test_the_continuation_model_changes_only_the_dummy_prefix_in_the_same_bytes_
         changed = with_dummy_prefix(with_test, flag)
         assert changed == with_dummy_prefix(with_test, flag)
         proto, _ = parse_model(changed)
-        assert proto.normalizer_spec.add_dummy_prefix is flag and not proto.HasField("self_test_data")
+        assert proto.normalizer_spec.add_dummy_prefix is flag and not proto.HasField(
+            "self_test_data"
+        )
         proto.normalizer_spec.add_dummy_prefix = original.normalizer_spec.add_dummy_prefix = True
         assert proto == original
         sp = spm.SentencePieceProcessor(model_proto=changed)
@@ -347,16 +429,28 @@ def test_unigram_is_refused_and_encoded_whole(name):
     for _ in range(50):
         text = random_text(r, 40)
         assert [p for p, _ in tok.pieces(text)] == [text]
-        np.testing.assert_array_equal(tok.encode_long(text), tok.sp.encode(text, return_type="numpy"))
+        np.testing.assert_array_equal(
+            tok.encode_long(text), tok.sp.encode(text, return_type="numpy")
+        )
 
 
 def _tie_model() -> bytes:
-    """A Unigram model where "▁ab" (-3.0) ties exactly with "▁a" + "b" (-1.7 + -1.3) and "▁z" scores
-    -1.37: which side of the tie wins depends on the float32 rounding of the score before the word."""
+    """A Unigram model where "▁ab" (-3.0) ties exactly with "▁a" + "b" (-1.7 + -1.3) and "▁z"
+    scores -1.37: which side of the tie wins depends on the float32 rounding of the score before
+    the word."""
     proto = model_proto_class()()
-    for piece, score, kind in [("<unk>", 0, UNKNOWN), ("<s>", 0, CONTROL), ("</s>", 0, CONTROL),
-                               ("▁z", -1.37, NORMAL), ("▁ab", -3.0, NORMAL), ("▁a", -1.7, NORMAL),
-                               ("b", -1.3, NORMAL), ("▁", -20, NORMAL), ("a", -20, NORMAL), ("z", -20, NORMAL)]:
+    for piece, score, kind in [
+        ("<unk>", 0, UNKNOWN),
+        ("<s>", 0, CONTROL),
+        ("</s>", 0, CONTROL),
+        ("▁z", -1.37, NORMAL),
+        ("▁ab", -3.0, NORMAL),
+        ("▁a", -1.7, NORMAL),
+        ("b", -1.3, NORMAL),
+        ("▁", -20, NORMAL),
+        ("a", -20, NORMAL),
+        ("z", -20, NORMAL),
+    ]:
         p = proto.pieces.add()
         p.piece, p.score, p.type = piece, score, kind
     proto.trainer_spec.model_type = 1  # UNIGRAM
@@ -387,8 +481,12 @@ def _natural_sentences(n: int, seed: int):
     cjk = "日本語の文章を書きます。中文字符测试한국어"
     r = random.Random(seed)
     for _ in range(n):
-        s = " ".join(lexicon[min(int(r.paretovariate(0.8)) - 1, len(lexicon) - 1)] if r.random() < 0.7
-                     else r.choice(lexicon) for _ in range(r.randint(3, 20)))
+        s = " ".join(
+            lexicon[min(int(r.paretovariate(0.8)) - 1, len(lexicon) - 1)]
+            if r.random() < 0.7
+            else r.choice(lexicon)
+            for _ in range(r.randint(3, 20))
+        )
         if r.random() < 0.2:
             s += " " + "".join(r.choice(cjk) for _ in range(r.randint(1, 8)))
         if r.random() < 0.1:
@@ -401,22 +499,32 @@ def test_unigram_trained_model_cut_differs_somewhere():
     """The same on a trained model and natural text: a 1.8 MB document cut every ~2000 characters
     where the BPE rule would cut differs from its whole encoding (at token 105,820 with 0.2.2)."""
     out = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=_natural_sentences(10000, seed=3), model_writer=out,
-                                   vocab_size=4000, model_type="unigram", character_coverage=1.0, num_threads=1,
-                                   minloglevel=2, hard_vocab_limit=False)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_natural_sentences(10000, seed=3),
+        model_writer=out,
+        vocab_size=4000,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        hard_vocab_limit=False,
+    )
     sp = spm.SentencePieceProcessor(model_proto=out.getvalue())
     rule = SplitRule(True, (), safe=CANDIDATES, continuation_dummy=True)
     text = " ".join(_natural_sentences(30000, seed=11))
     cuts = [0, *cut_points(text, rule, 2000), len(text)]
     whole = sp.encode(text, return_type="numpy")
-    joined = np.concatenate([sp.encode(text[a:b], return_type="numpy") for a, b in zip(cuts, cuts[1:])])
+    joined = np.concatenate(
+        [sp.encode(text[a:b], return_type="numpy") for a, b in zip(cuts, cuts[1:])]
+    )
     assert not np.array_equal(whole, joined)
 
 
 @pytest.mark.parametrize("kind", ["word", "char"])
 def test_word_and_char_models_are_refused(kind):
-    tok = SentencePieceTokenizer(train_model(f"{kind}_model", model_type=kind, vocab_size=300), bos_flag=None,
-                                 eos_flag=None)
+    tok = SentencePieceTokenizer(
+        train_model(f"{kind}_model", model_type=kind, vocab_size=300), bos_flag=None, eos_flag=None
+    )
     assert not tok.rule.allowed and kind.upper() in tok.rule.explain()
 
 
@@ -435,7 +543,7 @@ def test_settings_that_refuse_a_split():
     def no_space_piece(p):
         for piece in p.pieces:
             if piece.piece == SPACE:
-                piece.piece = "\uE000"
+                piece.piece = "\ue000"
 
     def nan_score(p):
         p.pieces[300].score = float("nan")
@@ -470,10 +578,13 @@ def _random_keys(charsmap, r: random.Random, n: int) -> list[tuple[bytes, bytes]
 
 def test_normalization_rules_read_from_the_model_normalize_as_the_library_does():
     """Rules read from nmt_nfkc's double array normalize as the library normalizes them."""
-    data = edited(train_model("bpe_default"), lambda p: (
-        setattr(p.normalizer_spec, "add_dummy_prefix", False),
-        setattr(p.normalizer_spec, "remove_extra_whitespaces", False),
-    ))
+    data = edited(
+        train_model("bpe_default"),
+        lambda p: (
+            setattr(p.normalizer_spec, "add_dummy_prefix", False),
+            setattr(p.normalizer_spec, "remove_extra_whitespaces", False),
+        ),
+    )
     sp = spm.SentencePieceProcessor(model_proto=data)
     charsmap = read_charsmap(parse_model(data)[0].normalizer_spec.precompiled_charsmap)
     assert len(charsmap.leaf_value) > 10000
@@ -509,12 +620,21 @@ def test_a_model_is_recognized_by_content(tmp_path):
         assert parse_model(content) is None, name
     assert parse_model(data[: len(data) // 2]) is None, "a truncated model"
     kind = inspect_model(*parse_model(train_model("bpe_llama_like")))
-    assert (kind.model_type, kind.byte_fallback, kind.add_dummy_prefix, kind.remove_extra_whitespaces) == ("BPE", True, True, False)
+    assert (
+        kind.model_type,
+        kind.byte_fallback,
+        kind.add_dummy_prefix,
+        kind.remove_extra_whitespaces,
+    ) == ("BPE", True, True, False)
     assert kind.normalizer == "identity" and not kind.has_charsmap and kind.byte_pieces == 256
     kind = inspect_model(*parse_model(train_model("unigram_default")))
     assert (kind.model_type, kind.normalizer, kind.has_charsmap) == ("UNIGRAM", "nmt_nfkc", True)
     assert kind.control == ("<s>", "</s>")
-    assert inspect_model(*parse_model(train_model("bpe_gemma_like"))).user_defined == ("  ", "\t\t", "<start_of_turn>")
+    assert inspect_model(*parse_model(train_model("bpe_gemma_like"))).user_defined == (
+        "  ",
+        "\t\t",
+        "<start_of_turn>",
+    )
 
 
 def test_loads_from_path_and_bytes(tmp_path):
@@ -523,8 +643,15 @@ def test_loads_from_path_and_bytes(tmp_path):
     path.write_bytes(data)
     a = load_tokenizer(str(path))
     b = SentencePieceTokenizer(data, bos_flag=None, eos_flag=None)
-    assert a.info.vocab_sha256 == b.info.vocab_sha256 and a.info.name == "m" and a.info.library == "sentencepiece"
-    assert a.info.library_version == spm.__version__ == "0.2.2" and a.info.n_vocab == a.sp.get_piece_size()
+    assert (
+        a.info.vocab_sha256 == b.info.vocab_sha256
+        and a.info.name == "m"
+        and a.info.library == "sentencepiece"
+    )
+    assert (
+        a.info.library_version == spm.__version__ == "0.2.2"
+        and a.info.n_vocab == a.sp.get_piece_size()
+    )
     assert a.encode_ordinary("hello world") == b.encode_ordinary("hello world")
     with pytest.raises(TokenizerError, match="is not a SentencePiece model"):
         SentencePieceTokenizer(b'{"not": "a model"}', bos_flag=None, eos_flag=None)
@@ -537,8 +664,12 @@ def test_loads_from_path_and_bytes(tmp_path):
         del p.pieces[:]
         p.pieces.extend(keep)
 
-    with pytest.raises(TokenizerError, match="refused by the library"):  # byte_fallback without byte pieces
-        SentencePieceTokenizer(edited(train_model("bpe_byte_fallback"), drop_byte_pieces), bos_flag=None, eos_flag=None)
+    with pytest.raises(
+        TokenizerError, match="refused by the library"
+    ):  # byte_fallback without byte pieces
+        SentencePieceTokenizer(
+            edited(train_model("bpe_byte_fallback"), drop_byte_pieces), bos_flag=None, eos_flag=None
+        )
 
 
 def test_batch_encode_equals_one_by_one():
@@ -547,12 +678,16 @@ def test_batch_encode_equals_one_by_one():
     texts = [random_text(r, r.randint(0, 50)) for _ in range(300)]
     single = [sp.encode(t) for t in texts]
     for threads in (1, 2, -1):
-        assert [a.tolist() for a in sp.encode(texts, num_threads=threads, return_type="numpy")] == single
+        assert [
+            a.tolist() for a in sp.encode(texts, num_threads=threads, return_type="numpy")
+        ] == single
         assert sp.encode(texts, num_threads=threads) == single
 
 
 def test_pickling_carries_the_model_and_the_arguments():
-    tok = SentencePieceTokenizer(train_model("bpe_llama_like"), bos_flag="none", eos_flag=None, piece_chars=16)
+    tok = SentencePieceTokenizer(
+        train_model("bpe_llama_like"), bos_flag="none", eos_flag=None, piece_chars=16
+    )
     again = pickle.loads(pickle.dumps(tok))
     text = "some text that is cut into pieces " * 5
     assert again.rule == tok.rule and again.piece_chars == 16 and again.boundary == tok.boundary
@@ -560,10 +695,14 @@ def test_pickling_carries_the_model_and_the_arguments():
     np.testing.assert_array_equal(again.encode_long(text), tok.encode_long(text))
     # The library's own processor (0.2.2) pickles its model but not its constructor's options, which
     # is why the backend pickles its arguments itself.
-    sp = spm.SentencePieceProcessor(model_proto=train_model("bpe_default"), add_bos=True, out_type=str)
+    sp = spm.SentencePieceProcessor(
+        model_proto=train_model("bpe_default"), add_bos=True, out_type=str
+    )
     sp2 = pickle.loads(pickle.dumps(sp))
     assert sp2.serialized_model_proto() == sp.serialized_model_proto() == train_model("bpe_default")
-    assert sp.encode("hello")[0] == "<s>" and sp2.encode("hello") == sp.encode("hello", add_bos=False, out_type=int)
+    assert sp.encode("hello")[0] == "<s>" and sp2.encode("hello") == sp.encode(
+        "hello", add_bos=False, out_type=int
+    )
 
 
 def test_loading_and_encoding_in_threads():
@@ -616,9 +755,14 @@ try:
 except TokenizerError as e:
     print(e)
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "SentencePiece models need the sentencepiece library: pip install 'tokshards[sentencepiece]'\n"
+    assert result.stdout == (
+        "SentencePiece models need the sentencepiece library: "
+        "pip install 'tokshards[sentencepiece]'\n"
+    )
 
 
 def test_a_tokenizer_json_converted_from_the_model_gives_other_ids(tmp_path, monkeypatch):
@@ -629,13 +773,21 @@ def test_a_tokenizer_json_converted_from_the_model_gives_other_ids(tmp_path, mon
     from sentencepiece import sentencepiece_model_pb2
     from tokenizers.implementations import SentencePieceUnigramTokenizer
 
-    monkeypatch.setitem(sys.modules, "sentencepiece_model_pb2", sentencepiece_model_pb2)  # what from_spm imports
+    monkeypatch.setitem(
+        sys.modules, "sentencepiece_model_pb2", sentencepiece_model_pb2
+    )  # what from_spm imports
     path = tmp_path / "t5.model"
     path.write_bytes(train_model("unigram_default"))
     converted = SentencePieceUnigramTokenizer.from_spm(str(path))
     sp = tokenizer("unigram_default").sp
-    assert sp.encode("a ", out_type=str) == ["▁", "a"] and converted.encode("a ").tokens == ["▁", "a", "▁"]
-    assert sp.encode("<s>", out_type=str) == ["▁", "<", "s", ">"] and converted.encode("<s>").tokens == ["▁", "<s>"]
+    assert sp.encode("a ", out_type=str) == ["▁", "a"] and converted.encode("a ").tokens == [
+        "▁",
+        "a",
+        "▁",
+    ]
+    assert sp.encode("<s>", out_type=str) == ["▁", "<", "s", ">"] and converted.encode(
+        "<s>"
+    ).tokens == ["▁", "<s>"]
     texts = tricky_corpus(400, seed=1)
     differ = sum(sp.encode(t) != converted.encode(t).ids for t in texts)
     assert differ > len(texts) // 2, differ

@@ -43,7 +43,10 @@ def _wrapper(moment: Moment):
             if not moment.after_call:
                 _interrupt()
             result = function(*args, **kwargs)
-            if moment.after_call and points.number(os.environ["INTERRUPT_STATE_DIR"], "call") == moment.after_call:
+            if (
+                moment.after_call
+                and points.number(os.environ["INTERRUPT_STATE_DIR"], "call") == moment.after_call
+            ):
                 _interrupt()
             return result
 

@@ -2,9 +2,10 @@
 
 A point is the start of an import, or a call of a function or method (`Class.method`) of a module:
 the function is wrapped as its module finishes importing, in every process that imports it, spawned
-or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts. What
-is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events are
-files made with O_EXCL in a state directory, so they hold across processes whatever their timing.
+or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts.
+What is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events
+are files made with O_EXCL in a state directory, so they hold across processes whatever their
+timing.
 """
 
 from __future__ import annotations
@@ -20,14 +21,20 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Point:
     module: str
-    attribute: str | None = None  # a function or `Class.method`; None: as the module starts importing
+    attribute: str | None = (
+        None  # a function or `Class.method`; None: as the module starts importing
+    )
 
 
 # The points of a prepare run that the faults act at.
 IMPORTS = Point("apache_beam")
 PLANNING = Point("pipeline.prepare.planning", "make_plan")
-CLEANING = Point("pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit")  # one unit's first pass
-UNITS = Point("pipeline.prepare.tokenize.unit", "process_unit")  # one unit tokenized, written and recorded
+CLEANING = Point(
+    "pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit"
+)  # one unit's first pass
+UNITS = Point(
+    "pipeline.prepare.tokenize.unit", "process_unit"
+)  # one unit tokenized, written and recorded
 FINISHING = Point("pipeline.prepare.write.finalize", "write_outputs")
 PRISM = Point("apache_beam.runners.portability.prism_runner", "PrismRunner.run_pipeline")
 
@@ -59,7 +66,8 @@ def at_import(point: Point, act: Callable[[], None]) -> None:
 
 
 def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
-    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is imported."""
+    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is
+    imported."""
 
     def patch(module) -> None:
         owner, _, name = point.attribute.rpartition(".")
@@ -70,7 +78,9 @@ def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None):
+    def __init__(
+        self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None
+    ):
         self._module, self._act, self._patch = module, act, patch
 
     def find_spec(self, name, path, target=None):
