@@ -1,7 +1,7 @@
 """Packaging, one extra per role; the base install is exactly what a `prepare` worker needs.
 
 - the launcher of a Dataflow run: `pip install -e '.[gcp]'` (add `hf` for Hugging Face inputs,
-  `filters` for quality filters);
+  `filters` for quality filters, `sentencepiece` for SentencePiece `.model` tokenizers);
 - the launcher and the workers of a Dask cluster: `pip install -e '.[dask]'`;
 - its workers: the base install, pinned to the launcher's versions by
   `pipeline.prepare.execution.worker_environment`, with this file shipped as `--setup_file`;
@@ -39,18 +39,26 @@ HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
 # Quality filters (`--filter`): datatrove's filter classes, and spaCy for the English word
 # tokenizer they split text with (a blank pipeline, no model to download).
 FILTERS = ["datatrove>=0.10.1", "spacy>=3.8"]
+# SentencePiece `.model` tokenizers (prepare; `train sample` decodes with one too). 0.2.2
+# is the first whose Python API encodes to numpy arrays, and the last whose sentencepiece_model_pb2
+# (which reads the model) imports under protobuf < 7, which Beam requires: 0.2.3's needs protobuf 7.
+SENTENCEPIECE = ["sentencepiece>=0.2.2,<0.2.3"]
 LOAD = ["grain>=0.2.18", "etils[epath]>=1.7"]
 PLOT = ["matplotlib>=3.8"]  # `inspect --plot`, the trainer's loss curve
-TRAIN = LOAD + [
-    "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
-    "tiktoken>=0.9",
-    "jax>=0.7",
-    "flax>=0.12",
-    "optax>=0.2.5",
-    "orbax-checkpoint>=0.11",
-    *PLOT,
-    "tqdm>=4.66",
-]
+TRAIN = (
+    LOAD
+    + SENTENCEPIECE
+    + [
+        "tokenizers>=0.21",  # `train sample` decodes with the run's tokenizer
+        "tiktoken>=0.9",
+        "jax>=0.7",
+        "flax>=0.12",
+        "optax>=0.2.5",
+        "orbax-checkpoint>=0.11",
+        *PLOT,
+        "tqdm>=4.66",
+    ]
+)
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
 GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
@@ -85,7 +93,8 @@ setup(
         "gcp": GCP,
         "dask": DASK,
         "filters": FILTERS,
-        "dev": HF + FILTERS + TRAIN + GCP + DASK + TEST,
+        "sentencepiece": SENTENCEPIECE,
+        "dev": HF + FILTERS + SENTENCEPIECE + TRAIN + GCP + DASK + TEST,
     },
     entry_points={"console_scripts": ["tokshards = pipeline.cli.commands:run"]},
 )

@@ -24,8 +24,8 @@ from schemas.records import token_dtype_name
 class TokenizerInfo:
     """What the ids mean. `vocab_sha256` is the tokenizer's identity, a hash of everything that
     decides its ids (tiktoken: ranks, split pattern, specials; `tokenizers`: the whole
-    tokenizer.json); `eot_id` ends every document and `bos_id`, when set, starts it (`boundary`
-    says so in words, and where the rule came from)."""
+    tokenizer.json; `sentencepiece`: the `.model` file's bytes); `eot_id` ends every document and
+    `bos_id`, when set, starts it (`boundary` says so in words, and where the rule came from)."""
 
     name: str
     vocab_sha256: str

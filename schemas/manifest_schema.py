@@ -49,7 +49,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     "n_vocab": _INT,
                     "eot_id": _INT,
                     "tiktoken_version": _STR,
-                    "library": {"enum": ["tiktoken", "tokenizers"]},
+                    "library": {"enum": ["tiktoken", "tokenizers", "sentencepiece"]},
                     "library_version": _STR,
                     "bos_id": {"type": ["integer", "null"], "minimum": 0},
                     "boundary": _STR,

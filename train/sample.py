@@ -76,7 +76,8 @@ def sample(
         raise TrainError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
     tokenizer, info = load_run_tokenizer(workdir)
     # A document starts with the BOS where the data's rule puts one.
-    start = ([] if info.bos_id is None else [info.bos_id]) + tokenizer.encode_ordinary(prompt)
+    prompt_ids = tokenizer.encode_ordinary(prompt)
+    start = ([] if info.bos_id is None else [info.bos_id]) + prompt_ids
     if not start:
         raise SettingError("prompt", prompt, "must hold at least one token")
     checkpointer = Checkpointer(workdir, every=1, keep=config.keep_checkpoints)
@@ -99,4 +100,11 @@ def sample(
             context=config.seq_len,
         )
     checkpointer.close()
-    return prompt + tokenizer.decode(ids)
+    return prompt + continuation(tokenizer, prompt_ids, ids)
+
+
+def continuation(tokenizer, prompt_ids: list[int], ids: list[int]) -> str:
+    """The text `ids` add after the prompt's, decoded after it: a SentencePiece model decodes a
+    word's leading `▁` as a space only after other text (first, it is the dummy prefix)."""
+    before, joined = tokenizer.decode(prompt_ids), tokenizer.decode(prompt_ids + ids)
+    return joined[len(before) :] if joined.startswith(before) else tokenizer.decode(ids)

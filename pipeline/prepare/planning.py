@@ -79,9 +79,14 @@ class Plan:
 
 def worker_extras(plan: Plan) -> tuple[str, ...]:
     """The extras the workers need beyond the base install: the Hugging Face client for hub files,
-    datatrove for quality filters."""
+    datatrove for quality filters, sentencepiece for a SentencePiece model."""
     hub = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
-    return ("hf",) * hub + ("filters",) * bool(plan.config.filters)
+    sentencepiece = plan.tokenizer.library == "sentencepiece"
+    return (
+        ("hf",) * hub
+        + ("filters",) * bool(plan.config.filters)
+        + ("sentencepiece",) * sentencepiece
+    )
 
 
 # Work units are sized from the inputs' total alone, never from the machine, so that every machine

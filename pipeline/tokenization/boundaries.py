@@ -144,18 +144,24 @@ def join_documents(
     total = int(lengths.sum())
     flat = np.empty(total, dtype=np.uint32)
     ends = np.cumsum(lengths)
-    body = np.ones(total, dtype=bool)
-    body[ends - 1] = False
+    starts = ends - lengths
+    if documents and all(isinstance(d, np.ndarray) for d in documents):
+        # A backend's arrays, each copied into place: no copy of them all at once beside `flat`.
+        for document, start in zip(documents, (starts + extra - 1).tolist()):
+            flat[start : start + len(document)] = document
+    else:
+        body = np.ones(total, dtype=bool)
+        body[ends - 1] = False
+        if boundary.bos_id is not None:
+            body[starts] = False
+        flat[body] = np.fromiter(
+            itertools.chain.from_iterable(documents),
+            dtype=np.uint32,
+            count=total - extra * len(documents),
+        )
     flat[ends - 1] = boundary.eos_id
     if boundary.bos_id is not None:
-        starts = ends - lengths
-        body[starts] = False
         flat[starts] = boundary.bos_id
-    flat[body] = np.fromiter(
-        itertools.chain.from_iterable(documents),
-        dtype=np.uint32,
-        count=total - extra * len(documents),
-    )
     check_boundary_counts(flat, {"EOS": len(documents), "BOS": len(documents)}, boundary)
     return flat, lengths
 

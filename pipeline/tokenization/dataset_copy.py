@@ -2,8 +2,9 @@
 else.
 
 prepare saves the tokenizer it encoded with into `tokenizer/` of its output, the way a training run
-saves its own (`Tokenizer.save`): a `tokenizer.json` with its config, or a tiktoken spec file with
-its rank file; a hub model's files come from the cache its pinned commit was read into. The
+saves its own (`Tokenizer.save`): a `tokenizer.json` with its config, a SentencePiece
+`tokenizer.model`, or a tiktoken spec file with its rank file; a hub model's files come from the
+cache its pinned commit was read into. The
 manifest's `tokenizer_copy` names the file that loads it and every file's SHA-256. A tiktoken
 encoding given by name (`gpt2`, shipped with the package) loads from its name and has no copy.
 

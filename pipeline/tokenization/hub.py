@@ -3,7 +3,8 @@
 The launcher resolves the revision (a branch, tag or sha; `main` when none is given) to its commit
 once (`pin`), and the config records `hf:ORG/NAME@SHA`, so every process reads the same bytes and a
 rerun reads what the first run read. Each process then fetches that commit's `tokenizer.json`, and
-its `tokenizer_config.json` where the repo has one, into the Hugging Face cache (`HF_HOME`;
+its `tokenizer_config.json` where the repo has one, or, in a repo with no `tokenizer.json` (a
+SentencePiece model's), its `tokenizer.model`, into the Hugging Face cache (`HF_HOME`;
 `HF_ENDPOINT` and `HF_TOKEN` apply as for hub datasets). The client, `huggingface_hub`, comes with
 `tokenizers` in the base install.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 
 from pipeline.tokenization.boundaries import TokenizerError
+from pipeline.tokenization.sentencepiece_model import MODEL_FILE
 
 PREFIX = "hf:"
 _SPEC = re.compile(rf"{PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>[^@\s]+))?")
@@ -57,7 +59,8 @@ def pin(spec: str) -> str:
 
 def download(spec: str) -> tuple[str, str]:
     """The local path of the pinned commit's tokenizer.json (its config beside it when the repo has
-    one), and the repo id as the tokenizer's name."""
+    one), or of its tokenizer.model where it has no tokenizer.json, and the repo id as the
+    tokenizer's name."""
     repo, revision = _parse(spec)
     if revision is None or not _PINNED.fullmatch(revision):
         raise TokenizerError(
@@ -68,13 +71,18 @@ def download(spec: str) -> tuple[str, str]:
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        path = hub.hf_hub_download(repo, "tokenizer.json", revision=revision)
+        try:
+            path = hub.hf_hub_download(repo, "tokenizer.json", revision=revision)
+        except EntryNotFoundError:
+            return hub.hf_hub_download(repo, MODEL_FILE, revision=revision), repo
         try:
             hub.hf_hub_download(repo, "tokenizer_config.json", revision=revision)
         except EntryNotFoundError:
             pass  # the rule then comes from tokenizer.json alone
     except EntryNotFoundError:
-        raise TokenizerError(f"hub model {repo} has no tokenizer.json at {revision}") from None
+        raise TokenizerError(
+            f"hub model {repo} has neither tokenizer.json nor {MODEL_FILE} at {revision}"
+        ) from None
     except Exception as e:
         raise TokenizerError(
             f"hub tokenizer {spec!r} cannot be read: {type(e).__name__}: {e}".split("\n")[0]

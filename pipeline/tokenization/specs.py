@@ -5,9 +5,12 @@ A spec fixes everything that decides the ids:
 - a tiktoken encoding name: `gpt2` (the default, shipped with the package, offline), or any name
   tiktoken knows (`cl100k_base`, loaded the way tiktoken loads it);
 - a Hugging Face `tokenizer.json`, or a directory holding one, read with the `tokenizers` library;
+- a SentencePiece `.model` file (recognized by content too, whatever its name), or a directory
+  holding a `tokenizer.model` and no `tokenizer.json`, read with `sentencepiece` (an extra);
 - a tiktoken spec file (`.json` or `.toml`) naming a `.tiktoken` rank file with its split pattern
   and special tokens (see `tiktoken_backend`);
-- a Hugging Face Hub model, `hf:ORG/NAME[@REVISION]`, pinned to a commit (`hub`).
+- a Hugging Face Hub model, `hf:ORG/NAME[@REVISION]`, pinned to a commit (`hub`): its
+  `tokenizer.json`, or its `tokenizer.model` where it has no `tokenizer.json`.
 
 A bare `.tiktoken` rank file is refused: it says neither how text is split before the merges nor
 which ids are special, and guessing them gives other ids than the model's own, silently.
@@ -22,14 +25,17 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 
 from pipeline.tokenization.boundaries import TokenizerError
 from pipeline.tokenization.hf_backend import TOKENIZER_FILE, HFTokenizer
 from pipeline.tokenization.hub import download, is_hub_spec
+from pipeline.tokenization.sentencepiece_backend import SentencePieceTokenizer
+from pipeline.tokenization.sentencepiece_model import MODEL_FILE, looks_like_model
 from pipeline.tokenization.tiktoken_backend import SPEC_KEYS, TiktokenTokenizer
 from schemas.manifest import TokenizerInfo
 
-Tokenizer = TiktokenTokenizer | HFTokenizer
+Tokenizer = TiktokenTokenizer | HFTokenizer | SentencePieceTokenizer
 
 
 def is_path_spec(spec: str) -> bool:
@@ -37,7 +43,18 @@ def is_path_spec(spec: str) -> bool:
     model."""
     if is_hub_spec(spec):
         return False
-    return os.sep in spec or os.path.exists(spec) or spec.endswith((".json", ".toml", ".tiktoken"))
+    return (
+        os.sep in spec
+        or os.path.exists(spec)
+        or spec.endswith((".json", ".toml", ".tiktoken", ".model"))
+    )
+
+
+def _is_rank_file(path: str) -> bool:
+    """Whether a file starts as a tiktoken rank file does: a line of a base64 token and its rank."""
+    with open(path, "rb") as f:
+        first = f.read(1024).split(b"\n", 1)[0]
+    return re.fullmatch(rb"[A-Za-z0-9+/]+=* \d+", first) is not None
 
 
 def _is_tiktoken_spec(path: str) -> bool:
@@ -61,6 +78,8 @@ def load_tokenizer(
     flags = {"bos_flag": bos_token, "eos_flag": eos_token}
     if is_hub_spec(spec):
         path, repo = download(spec)
+        if path.endswith(".model"):
+            return SentencePieceTokenizer(path, name=repo, **flags)
         return HFTokenizer(path, name=repo, **flags)
     if not is_path_spec(spec):
         return TiktokenTokenizer.named(spec, **flags)
@@ -68,15 +87,22 @@ def load_tokenizer(
         raise TokenizerError(f"tokenizer file {spec!r} does not exist")
     if os.path.isdir(spec):
         inside = os.path.join(spec, TOKENIZER_FILE)
-        if not os.path.exists(inside):
-            raise TokenizerError(f"tokenizer directory {spec!r} holds no {TOKENIZER_FILE}")
-        return HFTokenizer(inside, **flags)
-    if spec.endswith(".tiktoken"):
+        if os.path.exists(inside):
+            return HFTokenizer(inside, **flags)
+        if not os.path.exists(os.path.join(spec, MODEL_FILE)):
+            raise TokenizerError(
+                f"tokenizer directory {spec!r} holds neither {TOKENIZER_FILE} nor {MODEL_FILE}"
+            )
+        spec = os.path.join(spec, MODEL_FILE)
+    if spec.endswith(".tiktoken") or (spec.endswith(".model") and _is_rank_file(spec)):
+        # Llama 3's original checkpoints name their rank file tokenizer.model.
         raise TokenizerError(
             f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and "
             'the special tokens; name it in a spec file {"ranks": ..., "pat_str": ..., '
             '"special_tokens": {...}} and pass that (see docs/data-format.md)'
         )
+    if spec.endswith(".model") or looks_like_model(spec):
+        return SentencePieceTokenizer(spec, **flags)
     if _is_tiktoken_spec(spec):
         return TiktokenTokenizer.from_spec_file(spec, **flags)
     return HFTokenizer(spec, **flags)

@@ -204,7 +204,9 @@ def test_specs_that_do_not_fix_the_ids_are_refused(bpe, tmp_path):
     with pytest.raises(tokenization.TokenizerError, match="does not exist"):
         tokenization.load_tokenizer(str(tmp_path / "missing.json"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(tokenization.TokenizerError, match="holds no tokenizer.json"):
+    with pytest.raises(
+        tokenization.TokenizerError, match="holds neither tokenizer.json nor tokenizer.model"
+    ):
         tokenization.load_tokenizer(str(tmp_path / "empty"))
 
 

@@ -55,7 +55,11 @@ _OUTPUT_PACKAGES = (
 # The packages an extra brings that decide what prepare writes when a run needs that extra (the
 # Hugging Face client reads hub files). A run that does not need them records nothing of them, so
 # its manifest does not depend on what else happens to be installed.
-_EXTRA_OUTPUT_PACKAGES = {"hf": ("datasets", "huggingface-hub"), "filters": ("datatrove", "spacy")}
+_EXTRA_OUTPUT_PACKAGES = {
+    "hf": ("datasets", "huggingface-hub"),
+    "filters": ("datatrove", "spacy"),
+    "sentencepiece": ("sentencepiece",),
+}
 # Beam's own dependencies come with the SDK container of the launcher's Beam version: pinning them
 # would reinstall them, and unsettle the container's other packages, on every worker.
 _PINNED_WITHOUT_DEPENDENCIES = ("apache-beam",)
