@@ -17,6 +17,7 @@ from schemas import formats
 from schemas.errors import RunError
 from schemas.manifest_schema import JSON_SCHEMA
 from schemas.prepare_config import PrepareConfig
+from schemas.settings import from_saved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +146,7 @@ class Manifest:
         return cls(
             tokenizer=TokenizerInfo(**data["tokenizer"]),
             dtype=data["dtype"],
-            config=PrepareConfig(**data["config"]),
+            config=from_saved(PrepareConfig, data["config"]),
             inputs=tuple(InputInfo(**i) for i in data["inputs"]),
             num_units=data["num_units"],
             shards=tuple(ShardInfo(**s) for s in data["shards"]),

@@ -1,6 +1,8 @@
 """Quality filters in prepare: the documents kept are exactly those datatrove's own filter objects
-keep when run directly on the same texts; removals are counted by rule, located, shown by a dry run,
-and a killed run resumes to the same bytes."""
+keep when run directly on the same texts, with the fast filters (the default) and the exact mode;
+removals are counted by rule, located, shown by a dry run; a rerun writes the same bytes whatever
+the workers, a killed run resumes to them, and a run from before `--filter-impl` resumes with
+datatrove's classes."""
 
 from __future__ import annotations
 
@@ -16,9 +18,16 @@ from datatrove.pipeline.filters.base_filter import get_filter_result
 
 from conftest import decoded_documents, files_in_place, kill_prepare_part_way, run_outputs, run_prepare, write_jsonl
 from pipeline.dataset import inspect as inspect_dataset
-from pipeline.prepare.clean.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter
+from pipeline.prepare.clean import unit_fingerprints
+from pipeline.prepare.clean.quality_filters import TOO_LONG, FilterError, parameters, parse_parameter, quality_filters
+from pipeline.prepare.clean.removals import CLEANED_NAME
+from pipeline.prepare.clean.unit_fingerprints import FINGERPRINTS_DIR, fingerprint_unit
+from pipeline.prepare.planning import make_plan
+from pipeline.prepare.stages import PrepareError
 from schemas import formats
 from schemas.errors import UsageError
+from schemas.prepare_config import FILTER_NAMES, PrepareConfig
+from varied_text import varied_documents
 from web_text import held_out_documents, prose
 
 CLASSES = {
@@ -27,6 +36,7 @@ CLASSES = {
     "c4": C4QualityFilter,
     "fineweb": FineWebQualityFilter,
 }
+CHAIN = list(FILTER_NAMES)
 # Long documents of web_text are cut at this; the filters must see them whole.
 MAX_DOCUMENT_BYTES = 4096
 
@@ -124,6 +134,90 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
     tuned = GopherQualityFilter(min_doc_words=5, stop_words=["the", "of"])
     want = {i for i, d in enumerate(docs) if not get_filter_result(tuned.filter(Document(text=d, id="")))[0]}
     assert {r["id"] for r in _removals(loose)} == want != {i for i, w in datatrove_kept(["gopher-quality"], docs).items() if w}
+
+
+def test_the_exact_mode_runs_datatrove_s_classes(tmp_path, encoding):
+    docs = held_out_documents(seed=5)
+    names = ["gopher-quality", "c4", "fineweb"]
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", ",".join(names),
+                           "--filter-impl", "datatrove", "--max-document-bytes", str(MAX_DOCUMENT_BYTES))
+    assert manifest.config.filter_impl == "datatrove"
+    _check_same_as_datatrove(names, docs, out, manifest, encoding)
+
+
+def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path):
+    """A run started before `--filter-impl` existed ran datatrove's classes, and its plan records no
+    filter_impl (as datatrove's does now). Rerun as it was, it is refused, the flag that resumes it
+    named; with it, it resumes to the same bytes."""
+    path = write_jsonl(str(tmp_path / "web.jsonl"), held_out_documents(seed=6))
+    args = ["--filter", "gopher-quality,c4", "--unit-bytes", "16384"]
+    out = str(tmp_path / "out")
+    run_prepare([path], out, *args, "--filter-impl", "datatrove", "--filter-dry-run")
+    state = os.path.join(out, formats.STATE_DIR)
+    assert "filter_impl" not in json.loads(open(os.path.join(state, formats.PLAN_NAME)).read())["config"]
+    # Stopped part-way through cleaning: the stage's completion record and half its units' files gone.
+    os.remove(os.path.join(state, CLEANED_NAME))
+    written = sorted(os.listdir(os.path.join(state, FINGERPRINTS_DIR)))
+    for name in written[len(written) // 2:]:
+        os.remove(os.path.join(state, FINGERPRINTS_DIR, name))
+    with pytest.raises(PrepareError, match=r"different config \(filter_impl\); the earlier run's is --filter-impl datatrove"):
+        run_prepare([path], out, *args)
+    manifest = run_prepare([path], out, *args, "--filter-impl", "datatrove")
+    assert manifest.config.filter_impl == "datatrove"
+    fresh = str(tmp_path / "fresh")
+    run_prepare([path], fresh, *args, "--filter-impl", "datatrove")
+    assert run_outputs(out) == run_outputs(fresh)
+    # Complete, it is its own dataset for the same flags, and another one's for the fast filters.
+    run_prepare([path], out, *args, "--filter-impl", "datatrove")
+    with pytest.raises(PrepareError, match="prepared with different config \\(filter_impl\\)"):
+        run_prepare([path], out, *args)
+
+
+@pytest.mark.slow
+def test_the_fast_filters_write_the_same_bytes_whatever_the_workers(tmp_path):
+    docs = varied_documents(seed=3, count=400) + held_out_documents(seed=7)
+    path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
+    args = ["--filter", "gopher-quality,gopher-repetition,c4,fineweb", "--dedup", "exact", "--unit-bytes", "16384"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    run_prepare([path], one, *args)
+    run_prepare([path], two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    assert run_outputs(one) == run_outputs(two)
+    assert _removals(one) and json.loads(open(os.path.join(one, formats.MANIFEST_NAME)).read())["config"]["filter_impl"] == "fast"
+
+
+class _Counted:
+    """Filters that count the documents each call judges."""
+
+    def __init__(self, impl: str):
+        self.filters = quality_filters(CHAIN, {}, impl)
+        self.calls: list[int] = []
+
+    def judge_many(self, texts):
+        self.calls.append(len(texts))
+        return self.filters.judge_many(texts)
+
+
+@pytest.mark.parametrize("impl", ["fast", "datatrove"])
+def test_a_unit_is_judged_a_megabyte_at_a_time_in_order(tmp_path, monkeypatch, impl):
+    """A unit's documents go to the filters in batches, whole and cut ones alike; what is recorded
+    (removals, samples, edits, fingerprints, in document order) is what judging them one by one gives."""
+    rng = random.Random(9)
+    docs = held_out_documents(seed=8) + [prose(rng, 40), "x " * 6000]  # cut at 4096 bytes; the last over the bound
+    config = PrepareConfig(filters=CHAIN, filter_impl=impl, dedup="exact", max_document_bytes=4096,
+                           filter_max_document_bytes=8192)
+    unit, = make_plan([write_jsonl(str(tmp_path / "web.jsonl"), docs)], config).units
+    too_long = [i for i, d in enumerate(docs) if len(d.encode()) > 8192]
+    batched = _Counted(impl)
+    found = fingerprint_unit(unit, config, None, batched)
+    assert batched.calls == [len(docs) - len(too_long)] and found.documents == len(docs)
+    assert [number for number, reason, _ in found.filtered if reason == TOO_LONG] == too_long
+    assert found.edits and found.filtered == sorted(found.filtered, key=lambda f: f[0])
+    monkeypatch.setattr(unit_fingerprints, "JUDGED_CHARACTERS", 1)
+    one_by_one = _Counted(impl)
+    alone = fingerprint_unit(unit, config, None, one_by_one)
+    assert set(one_by_one.calls) == {1}
+    assert alone.to_bytes("plan") == found.to_bytes("plan") and alone.edits == found.edits
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):

@@ -77,7 +77,7 @@ def test_the_saved_field_names_do_not_change():
         "tokenizer", "format", "text_field", "id_field", "separator", "validation_fraction", "seed", "unit_bytes",
         "record_tokens", "max_document_bytes", "skip_bad_files", "hf_split", "hf_name", "bos_token", "eos_token",
         "dedup", "decontaminate", "decontaminate_ngram", "decontaminate_max_matches", "near_ngram", "near_bands",
-        "near_rows", "filters", "filter_params", "filter_max_document_bytes",
+        "near_rows", "filters", "filter_params", "filter_max_document_bytes", "filter_impl",
     ]
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [
         "data", "workdir", "model", "preset", "steps", "batch_size", "seq_len", "seed", "packing", "mesh",

@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.prepare.clean.eval_matches import add_counts, common_ngrams, contaminated, write_eval_matches
 from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality_filters import QualityFilters
+from pipeline.prepare.clean.quality_filters import Filters, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints, read_fingerprints, unit_fingerprints
 from pipeline.prepare.execution.beam_units import guarded, spread_units
@@ -40,12 +40,12 @@ class FingerprintUnitFn(beam.DoFn):
         self._context = context
         self._documents = Metrics.counter("clean", "documents")
         self._filtered = Metrics.counter("clean", "filtered_documents")
-        self._filters: QualityFilters | None = None
+        self._filters: Filters | None = None
 
     def setup(self) -> None:
         config = self._context.config
         if config.filters:
-            self._filters = QualityFilters(config.filters, config.filter_params)
+            self._filters = quality_filters(config.filters, config.filter_params, config.filter_impl)
 
     def process(self, unit: WorkUnit) -> list:
         """The unit once its fingerprints are written, and the eval n-grams its documents hold;
