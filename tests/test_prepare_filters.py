@@ -146,10 +146,10 @@ def test_the_exact_mode_runs_datatrove_s_classes(tmp_path, encoding):
     _check_same_as_datatrove(names, docs, out, manifest, encoding)
 
 
-def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path):
+def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path, capfd):
     """A run started before `--filter-impl` existed ran datatrove's classes, and its plan records no
     filter_impl (as datatrove's does now). Rerun as it was, it is refused, the flag that resumes it
-    named; with it, it resumes to the same bytes."""
+    named; with it, it resumes: the cleaning units done counted, progress in MB/s, the same bytes."""
     path = write_jsonl(str(tmp_path / "web.jsonl"), held_out_documents(seed=6))
     args = ["--filter", "gopher-quality,c4", "--unit-bytes", "16384"]
     out = str(tmp_path / "out")
@@ -163,7 +163,10 @@ def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path):
         os.remove(os.path.join(state, FINGERPRINTS_DIR, name))
     with pytest.raises(PrepareError, match=r"different config \(filter_impl\); the earlier run's is --filter-impl datatrove"):
         run_prepare([path], out, *args)
+    capfd.readouterr()
     manifest = run_prepare([path], out, *args, "--filter-impl", "datatrove")
+    err = capfd.readouterr().err
+    assert f"cleaning {len(written)} units ({len(written) // 2} already done;" in err and " MB/s | " in err
     assert manifest.config.filter_impl == "datatrove"
     fresh = str(tmp_path / "fresh")
     run_prepare([path], fresh, *args, "--filter-impl", "datatrove")
@@ -284,7 +287,7 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_while_filtering_then_resume(tmp_path):
+def test_sigkill_while_filtering_then_resume(tmp_path, capfd):
     docs = held_out_documents(seed=4) * 3
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
     args = ["--filter", "gopher-quality,gopher-repetition,c4,fineweb", "--dedup", "exact", "--unit-bytes", "8192",
@@ -297,6 +300,9 @@ def test_sigkill_while_filtering_then_resume(tmp_path):
                            "--direct_running_mode=multi_processing"],
                           done=lambda: files_in_place(watched), at_least=2, poll=0.002)
     total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
-    assert 0 < files_in_place(watched) < total, "the kill must land part-way"
+    done = files_in_place(watched)
+    assert 0 < done < total, "the kill must land part-way"
+    capfd.readouterr()
     run_prepare([path], out, *args)
+    assert f"cleaning {total} units ({done} already done;" in capfd.readouterr().err
     assert run_outputs(out) == run_outputs(clean)

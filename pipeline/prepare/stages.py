@@ -21,17 +21,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.removals import cleans, is_cleaned
+from pipeline.prepare.clean.unit_fingerprints import fingerprinted_units
 from pipeline.prepare.execution import watch
 from pipeline.prepare.execution.beam_cleaning import build_cleaning
 from pipeline.prepare.execution.beam_options import is_local_runner, pipeline_options, runner_name
 from pipeline.prepare.execution.beam_tokenizing import build_tokenizing
 from pipeline.prepare.execution.beam_units import Build
 from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
-from pipeline.prepare.execution.progress import Progress
+from pipeline.prepare.execution.progress import BYTES, Progress
 from pipeline.prepare.execution.worker_environment import package_versions, staging_options
 from pipeline.prepare.planning import Plan, worker_extras
 from pipeline.prepare.run_context import RunContext
-from pipeline.prepare.units import UnitResult, WorkUnit
+from pipeline.prepare.units import UnitResult, WorkUnit, input_bytes
 from pipeline.prepare.write.finalize import finished_unit_indices, finished_units
 from schemas.errors import RunError
 from schemas.prepare_config import PrepareConfig, near_threshold
@@ -95,6 +96,11 @@ class StageRunner:
     def _failed(self, stage: Stage, message: str, details: str) -> PrepareError:
         return PrepareError(f"{message}; the {stage.kept} are kept, and a rerun resumes", details if self.verbose else "")
 
+    @property
+    def _interval(self) -> float:
+        """Seconds between polls of a stage's durable output: a listing is cheap locally only."""
+        return 1.0 if storage.is_local(self.context.output_dir) else 10.0
+
     def clean(self) -> float:
         """Runs the cleaning stage unless it is not asked for or already complete; returns its
         seconds. It fingerprints every unit (reading back what an interrupted run wrote), since
@@ -104,13 +110,23 @@ class StageRunner:
             return 0.0
         started = time.time()
         units = list(self.plan.units)
-        print(f"prepare: cleaning {len(units)} units ({_cleaning_rules(config)})", file=sys.stderr)
+        output_dir = self.context.output_dir
+        sizes = input_bytes(units)
+        done = fingerprinted_units(output_dir)
+        print(f"prepare: cleaning {len(units)} units ({len(done)} already done; {_cleaning_rules(config)})",
+              file=sys.stderr)
         everything = {u.index for u in units}
 
         def cleaned() -> set[int]:
             return everything if is_cleaned(self.context) else set()
 
-        self.run(CLEANING, units, cleaned)
+        def poll() -> tuple[int, int]:
+            found = fingerprinted_units(output_dir)
+            return len(found), sum(sizes.get(i, 0) for i in found)
+
+        progress = Progress(poll, len(units), already_done=len(done), already_amount=sum(sizes.get(i, 0) for i in done),
+                            unit=BYTES, interval=self._interval)
+        self.run(CLEANING, units, cleaned, progress)
         return time.time() - started
 
     def tokenize(self, pending: list[WorkUnit], done: dict[int, UnitResult]) -> int:
@@ -129,8 +145,8 @@ class StageRunner:
             poll,
             self.context.num_units,
             already_done=len(done),
-            already_tokens=sum(r.tokens for r in done.values()),
-            interval=1.0 if storage.is_local(output_dir) else 10.0,
+            already_amount=sum(r.tokens for r in done.values()),
+            interval=self._interval,
         )
         return self.run(TOKENIZING, pending, lambda: finished_unit_indices(output_dir), progress)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,12 @@ class UnitFingerprints:
 
 def fingerprints_path(output_dir: str, unit: int) -> str:
     return storage.join(output_dir, formats.STATE_DIR, FINGERPRINTS_DIR, f"{unit:05d}.npz")
+
+
+def fingerprinted_units(output_dir: str) -> set[int]:
+    """The units whose fingerprints are written, from a listing alone."""
+    directory = storage.join(output_dir, formats.STATE_DIR, FINGERPRINTS_DIR)
+    return {int(os.path.basename(p).split(".")[0]) for p in storage.list_files(directory, ".npz")}
 
 
 def _json_value(value: Any) -> Any:
