@@ -17,6 +17,7 @@ import pytest
 from datatrove.utils.text import split_into_sentences
 from datatrove.utils.word_tokenizers import load_word_tokenizer
 
+from pipeline.prepare.clean import c4_quality, gopher_quality
 from pipeline.prepare.clean.c4_quality import sentence_counts
 from pipeline.prepare.clean.datatrove_filters import class_parameters
 from pipeline.prepare.clean.fast_filters import FastFilters
@@ -48,6 +49,34 @@ def test_parameters_are_datatrove_s_names_and_defaults():
         FastFilters(["c4"], {"c4": {"no_such_parameter": 1}})
     with pytest.raises(FilterError, match="unknown filter"):
         parameters("no-such-filter")
+
+
+def test_the_rules_constants_are_datatrove_s():
+    from datatrove.pipeline.filters import c4_filters, gopher_quality_filter
+
+    assert c4_quality.CITATION_REGEX.pattern == c4_filters.CITATION_REGEX.pattern
+    assert (c4_quality.END_PUNCTUATION, c4_quality.ELLIPSIS) == (c4_filters.END_PUNCTUATION, c4_filters.ELLIPSIS)
+    assert list(c4_quality.POLICY_SUBSTRINGS) == c4_filters.POLICY_SUBSTRINGS
+    assert list(gopher_quality.STOP_WORDS) == gopher_quality_filter.STOP_WORDS
+
+
+def test_the_launcher_checks_the_fast_rules_without_spacy():
+    """Checking the parameters before a run imports neither spaCy nor datatrove's filters (most of a
+    second), yet refuses what the rules cannot use, as judging would."""
+    code = (
+        "import sys; from pipeline.prepare.clean.quality_filters import check_filters, FilterError;"
+        "check_filters(['gopher-quality', 'gopher-repetition', 'c4', 'fineweb'], {'c4': {'split_paragraph': False}}, 'fast');"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'spacy' or m.startswith('datatrove.pipeline')))"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, capture_output=True, text=True)
+    assert done.stdout.strip() == "[]"
+    for params in ({"gopher-quality": {"stop_words": 5}}, {"gopher-quality": {"min_doc_words": "many"}},
+                   {"c4": {"min_num_sentences": "five"}}, {"fineweb": {"short_line_length": "x"}},
+                   {"gopher-repetition": {"top_n_grams": [[2, "x"]]}}):
+        for impl in ("fast", "datatrove"):
+            with pytest.raises(FilterError):
+                check_filters(list(params), params, impl)
 
 
 def test_words_are_datatrove_s_spacy_words():
@@ -172,3 +201,8 @@ def test_chunks_and_their_hashes():
     assert len(set(hashes_of([str(i) for i in range(10000)]).tolist())) == 10000
     long = "x" * 300
     assert hashes_of([long]).tolist() == chunks([f"y {long} z"]).hashes[1:2].tolist()
+    # A text of several hashing windows: the same hash for the same string wherever it is.
+    words = [f"w{i % 5000}" for i in range(400_000)]
+    big = chunks([" ".join(words)])
+    assert [hashes_of([w])[0] for w in words[::39_999]] == big.hashes[::39_999].tolist()
+    assert len(set(big.hashes.tolist())) == 5000

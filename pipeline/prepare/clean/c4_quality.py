@@ -18,12 +18,21 @@ sentences by datatrove (spaCy) itself, at its speed.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import re
 
 import numpy as np
 
 from pipeline.prepare.clean.word_cache import OTHER, PUNCTUATION, SENTENCE_END, WordCache
 from pipeline.prepare.clean.word_chunks import chunks
+
+# datatrove's (datatrove.pipeline.filters.c4_filters; tests/test_fast_filters.py compares them),
+# declared here so that judging imports none of its filters.
+CITATION_REGEX = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+END_PUNCTUATION = (".", "?", "!", '"', "'")
+ELLIPSIS = "..."
+POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+# A line ending otherwise ends so once its citations are removed: it cannot end in terminal punctuation.
+_LAST_CHARACTERS = frozenset(END_PUNCTUATION) | {"]"}
 
 
 def sentence_counts(cache: WordCache, lines: list[str]) -> np.ndarray:
@@ -57,13 +66,6 @@ def _trailing_token(line: str) -> bool:
     return bool(rest) and rest != " "
 
 
-@functools.cache
-def _datatrove_rules() -> tuple:
-    """datatrove's citation pattern, terminal punctuation, ellipsis and policy phrases, and the characters
-    a line may end with before its citations are removed to end with terminal punctuation."""
-    from datatrove.pipeline.filters.c4_filters import CITATION_REGEX, ELLIPSIS, END_PUNCTUATION, POLICY_SUBSTRINGS
-
-    return CITATION_REGEX, END_PUNCTUATION, ELLIPSIS, tuple(POLICY_SUBSTRINGS), frozenset(END_PUNCTUATION) | {"]"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +84,13 @@ class C4Quality:
     filter_policy: bool = True
 
     needs_words = False
+
+    def check(self, text: str) -> None:
+        """Runs every rule on a check document's lines (its sentences counted as its lines): what
+        the parameters cannot do raises, without spaCy."""
+        reason, kept, _, _ = self._kept(text, text.splitlines())
+        if reason is None and self.min_num_sentences != -1:
+            _ = len(kept) < self.min_num_sentences
 
     def judge(self, texts: list[str], cache: WordCache) -> tuple[list[str | None], list[str], list[int | None]]:
         """Each text's reason for removal or None, its text as kept, and for a kept text a lower
@@ -114,13 +123,16 @@ class C4Quality:
     def _lines(self, text: str) -> tuple[str | None, list[str], bool, int]:
         """Why the text is removed (or None), its kept lines, whether a citation was removed, and
         at most the kept lines' whitespace chunks."""
-        citation, end_punctuation, ellipsis, policies, last_characters = _datatrove_rules()
         if self.split_paragraph:
             lines = text.splitlines()
         else:
             from datatrove.utils.text import split_into_sentences
 
             lines = split_into_sentences(text)
+        return self._kept(text, lines)
+
+    def _kept(self, text: str, lines: list[str]) -> tuple[str | None, list[str], bool, int]:
+        citation, policies = CITATION_REGEX, POLICY_SUBSTRINGS
         cite = self.remove_citations and "[" in text
         # A phrase in a line, its citations removed, is in the whole text with them removed.
         lowered = (citation.sub("", text) if cite else text).lower()
@@ -136,7 +148,7 @@ class C4Quality:
         words_kept = 0
         for line in lines:
             line = line.strip()
-            if terminal and line[-1:] not in last_characters:
+            if terminal and line[-1:] not in _LAST_CHARACTERS:
                 continue
             n_words = -1
             if longest != -1 and (len(line) > longest or longest < 0):  # a longer word needs a longer line
@@ -148,7 +160,7 @@ class C4Quality:
             if cite and "[" in line:
                 line = citation.sub("", line)
                 edited = edited or line != before
-            if terminal and (not line.endswith(end_punctuation) or line.endswith(ellipsis)):
+            if terminal and (not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)):
                 continue
             if n_words < 0:
                 n_words = len(before.split(None, counted))  # the words before citations went

@@ -62,6 +62,15 @@ class FastFilters:
     def judge(self, text: str) -> tuple[str | None, str]:
         return self.judge_many([text])[0]
 
+    def check(self, text: str) -> None:
+        """Runs each filter's rules on a check document without splitting it with spaCy (whose
+        import alone takes most of a second): what their parameters cannot do raises FilterError."""
+        for name, rule in self._rules:
+            try:
+                rule.check(text)
+            except (TypeError, ValueError, ZeroDivisionError) as e:
+                raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
+
     def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
         """For each text: why the first filter that removes it does (`filter:NAME:REASON`) and the
         text, or None and its text as the filters leave it."""

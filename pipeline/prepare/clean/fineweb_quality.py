@@ -44,7 +44,12 @@ class FineWebQuality:
         elif isinstance(self.stop_chars, list):  # JSON's list, for `str.endswith`
             object.__setattr__(self, "stop_chars", tuple(self.stop_chars))
 
-    def judge(self, texts: list[str], cache: WordCache, words: list[int | None],
+    def check(self, text: str) -> None:
+        """Runs every rule on a check document, its words counted by whitespace: what the parameters
+        cannot do raises, without spaCy."""
+        self.judge([text], None, [len(text.split())], [None])
+
+    def judge(self, texts: list[str], cache: WordCache | None, words: list[int | None],
               chunks_at_least: list[int | None]) -> list[str | None]:
         """Each text's reason for removal, or None. `words`: each text's word count where known,
         `chunks_at_least`: a lower bound of its whitespace chunks where one is known."""

@@ -13,6 +13,8 @@ import dataclasses
 
 from pipeline.prepare.clean.word_cache import Words
 
+# datatrove's (GopherQualityFilter's STOP_WORDS; tests/test_fast_filters.py compares them).
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _BULLETS = ("•", "-")
 _ELLIPSES = ("...", "…")
 
@@ -43,10 +45,14 @@ class GopherQuality:
     needs_words = True
 
     def stop_word_list(self) -> list[str]:
-        from datatrove.pipeline.filters.gopher_quality_filter import STOP_WORDS
-
         # datatrove compares the words with `set(stop_words)`: what is not a string matches none
         return sorted(w for w in set(STOP_WORDS if self.stop_words is None else self.stop_words) if isinstance(w, str))
+
+    def check(self, text: str) -> None:
+        """Runs every rule on a check document's statistics: what the parameters cannot do raises."""
+        self.stop_word_list()
+        n = len(text.split())
+        self._reason(text, n, n, len(text) - text.count(" "), n, 2)
 
     def judge(self, texts: list[str], words: Words) -> list[str | None]:
         """Each text's reason for removal, or None."""

@@ -32,6 +32,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # the n-gram polynomial's base (odd)
 _MIX = np.uint64(0xD6E8FEB86659FD93)  # multiply-shift bucket hash (odd)
 _SALT = np.uint64(0xA0761D6478BD642F)  # tells a batch's texts apart
 _PARAGRAPHS = re.compile(r"\n{2,}")
+# The bucket tables' size: four slots a word, up to 4M (a larger table only tightens the bounds).
+_MOST_BITS = 22
 
 
 def _lines(text: str) -> list[str]:
@@ -121,6 +123,12 @@ class GopherRepetition:
         if any(int(n) < 1 for n, _ in (*self.top_n_grams, *self.dup_n_grams)):
             raise ValueError(f"n-grams have at least one word (got {self.top_n_grams=}, {self.dup_n_grams=})")
 
+    def check(self, text: str) -> None:
+        """Runs every rule on a check document's lines and on a ratio: what the parameters cannot do raises."""
+        self._lines_reason(text)
+        for n, frac in (*self.top_n_grams, *self.dup_n_grams):
+            _ = int(n), 0.5 > frac
+
     def judge(self, texts: list[str], words: Words) -> list[str | None]:
         """Each text's reason for removal, or None."""
         reasons: list[str | None] = [self._lines_reason(text) for text in texts]
@@ -157,7 +165,7 @@ class GopherRepetition:
         text_of = np.repeat(np.arange(count, dtype=np.int64), np.diff(bounds))
         with np.errstate(over="ignore"):
             salt = (text_of.astype(np.uint64) + np.uint64(1)) * _SALT
-        bits = max(10, int(np.ceil(np.log2(max(4 * total, 2)))))
+        bits = min(max(10, int(np.ceil(np.log2(max(4 * total, 2))))), _MOST_BITS)
         shift, size = np.uint64(64 - bits), 1 << bits
         left = np.repeat(bounds[1:], np.diff(bounds)) - np.arange(total, dtype=np.int64)  # words to the text's end
         length_before = _exclusive_cumsum(lengths)

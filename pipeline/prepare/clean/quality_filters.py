@@ -19,6 +19,7 @@ while other languages' tokenizers fetch models (nltk, stanza) at run time.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ PREFIX = "filter:"
 # A document longer than `filter_max_document_bytes` is not read whole: it is removed for that.
 TOO_LONG = "filter:too_long"
 INSTALL_HINT = "install the filters extra: pip install -e '.[filters]'"
+CHECK_DOCUMENT = "A check of the filters' parameters."
 
 
 class FilterError(UsageError, ValueError):
@@ -77,11 +79,9 @@ def quality_filters(names: Sequence[str], params: Mapping[str, Mapping[str, Any]
     """The run's filters, by the implementation asked for (one of FILTER_IMPLS)."""
     if impl not in FILTER_IMPLS:
         raise FilterError(f"unknown filter implementation {impl!r}; expected one of {FILTER_IMPLS}")
-    try:
-        import datatrove  # noqa: F401
-        import spacy  # noqa: F401
-    except ImportError as e:
-        raise FilterError(f"--filter needs datatrove and spaCy ({e}); {INSTALL_HINT}") from None
+    missing = [name for name in ("datatrove", "spacy") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FilterError(f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}")
     if impl == "datatrove":
         from pipeline.prepare.clean.datatrove_filters import DatatroveFilters
 
@@ -111,4 +111,7 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], imp
         if isinstance(e, FilterError):
             raise
         raise FilterError(f"the filters refuse their parameters ({type(e).__name__}: {e})") from None
-    filters.judge_many(["A check of the filters' parameters."])
+    if impl == "fast":
+        filters.check(CHECK_DOCUMENT)
+    else:
+        filters.judge_many([CHECK_DOCUMENT])

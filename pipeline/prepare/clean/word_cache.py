@@ -43,11 +43,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 @functools.cache
 def english() -> tuple:
-    """spaCy's blank English pipeline as datatrove's `load_word_tokenizer` builds it (its tokenizer
-    and the sentencizer's `punct_chars`), and datatrove's PUNCTUATION_SET. The filters read no
-    lexeme attributes, so this private copy computes none (a third of a new word's cost)."""
+    """spaCy's blank English pipeline as datatrove's `load_word_tokenizer` builds it, and the hashes
+    of its sentencizer's `punct_chars`. The filters read no lexeme attributes, so this private copy
+    computes none (a third of a new word's cost). Loaded when first needed: importing spaCy takes
+    most of a second."""
     import spacy
-    from datatrove.utils.text import PUNCTUATION_SET
     from datatrove.utils.typeshelper import Languages
 
     nlp = spacy.blank(Languages.english)
@@ -56,7 +56,7 @@ def english() -> tuple:
     spaced = [key for key in nlp.tokenizer.rules if any(c.isspace() for c in key) and not key.isspace()]
     if spaced:
         raise RuntimeError(f"spaCy's English special cases {spaced} hold a space: chunks cannot be split apart")
-    return nlp, frozenset(sentence_ends), frozenset(PUNCTUATION_SET)
+    return nlp, np.sort(hashes_of(sorted(sentence_ends)))
 
 
 class _CharacterClasses:
@@ -102,8 +102,9 @@ class WordCache:
     MAX_CHUNKS = 1_000_000
 
     def __init__(self, stop_words: Iterable[str] = ()):
-        self._nlp, sentence_ends, self._punctuation = english()
-        self._sentence_ends = np.sort(hashes_of(sorted(sentence_ends)))
+        from datatrove.utils.text import PUNCTUATION_SET
+
+        self._punctuation = frozenset(PUNCTUATION_SET)
         stop = sorted(set(stop_words))
         self._stop_hashes = hashes_of(stop)
         self._stop_order = np.argsort(self._stop_hashes)
@@ -161,7 +162,7 @@ class WordCache:
         in_set, letters, punct = (marked[ends] - marked[starts]).T
         word_length = ends - starts
         non_symbol = in_set < word_length  # a character outside PUNCTUATION_SET
-        ends_sentence = np.isin(hashes, self._sentence_ends)
+        ends_sentence = np.isin(hashes, english()[1])
         word_class = np.where(ends_sentence, SENTENCE_END, np.where(punct == word_length, PUNCTUATION, OTHER))
 
         c0, c1 = self.chunks, self.chunks + len(strings)
@@ -198,7 +199,8 @@ class WordCache:
         that spaCy's vocabulary does not grow with them."""
         from spacy.attrs import IDX, LENGTH
 
-        rules = self._nlp.tokenizer.rules
+        nlp = english()[0]
+        rules = nlp.tokenizer.rules
         split = [i for i, s in enumerate(strings) if not s.isalpha() or s in rules]
         one_word = np.ones(len(strings), dtype=bool)
         one_word[split] = False
@@ -207,8 +209,8 @@ class WordCache:
         if split:
             sent = [strings[i] for i in split]
             sent_starts = np.concatenate(([0], np.cumsum(np.array([len(s) + 1 for s in sent], dtype=np.int64))[:-1]))
-            with self._nlp.memory_zone():
-                doc = self._nlp.tokenizer(_SURROGATE.sub("\ufffd", " ".join(sent)))
+            with nlp.memory_zone():
+                doc = nlp.tokenizer(_SURROGATE.sub("\ufffd", " ".join(sent)))
                 spans = doc.to_array([IDX, LENGTH]).astype(np.int64).reshape(-1, 2)
             of = np.searchsorted(sent_starts, spans[:, 0], side="right") - 1
             moved = spans[:, 0] - sent_starts[of] + chunk_starts[np.array(split, dtype=np.int64)[of]]

@@ -25,6 +25,7 @@ _BASE = 0x100000001B3  # the polynomial's base (odd, so invertible modulo 2^64)
 _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _LENGTH_MIX = np.uint64(0x9E3779B97F4A7C15)
 LONG = 200  # longer strings are hashed with xxh3
+_WINDOW = 1 << 20  # characters of text whose strings are hashed together
 
 
 def code_points(text: str) -> np.ndarray:
@@ -33,17 +34,16 @@ def code_points(text: str) -> np.ndarray:
 
 
 class _Powers:
-    """BASE^i and BASE^-i modulo 2^64 for i < n, grown on demand and shared by the process."""
+    """BASE^i and BASE^-i modulo 2^64 for i < n, made once per process."""
 
     def __init__(self) -> None:
         self.up = self.down = np.ones(1, dtype=np.uint64)
 
     def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if len(self.up) < n:
-            m = max(n, 2 * len(self.up), 1 << 16)
             with np.errstate(over="ignore"):
-                self.up = np.cumprod(np.full(m, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INVERSE)
-                self.down = np.cumprod(np.full(m, _BASE_INVERSE, dtype=np.uint64)) * np.uint64(_BASE)
+                self.up = np.cumprod(np.full(n, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INVERSE)
+                self.down = np.cumprod(np.full(n, _BASE_INVERSE, dtype=np.uint64)) * np.uint64(_BASE)
         return self.up, self.down
 
 
@@ -51,14 +51,23 @@ _POWERS = _Powers()
 
 
 def string_hashes(text: str, points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each `text[starts[i]:ends[i]]` (`points`: `code_points(text)`), never 0."""
-    n = len(points)
-    up, down = _POWERS.get(n + 1)
-    with np.errstate(over="ignore"):
-        prefix = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum(points * up[:n], out=prefix[1:])
-        lengths = (ends - starts).astype(np.uint64)
-        hashes = splitmix64((prefix[ends] - prefix[starts]) * down[starts] + lengths * _LENGTH_MIX)
+    """A 64-bit hash of each `text[starts[i]:ends[i]]` (`points`: `code_points(text)`; `starts`
+    ascending), never 0. The polynomial is summed a window of text at a time, so that a long
+    document needs no arrays the size of its text."""
+    lengths = (ends - starts).astype(np.uint64)
+    hashes = np.zeros(len(starts), dtype=np.uint64)
+    short = np.flatnonzero(lengths <= LONG)
+    window = short[np.flatnonzero(np.diff(starts[short] // _WINDOW, prepend=-1))] if len(short) else short
+    up, down = _POWERS.get(_WINDOW + LONG + 1)
+    for first, last in zip(np.searchsorted(short, window), [*np.searchsorted(short, window[1:]), len(short)]):
+        at = short[first:last]
+        base = starts[at[0]]
+        local = points[base:ends[at].max()]
+        with np.errstate(over="ignore"):
+            prefix = np.zeros(len(local) + 1, dtype=np.uint64)
+            np.cumsum(local * up[:len(local)], out=prefix[1:])
+            a, b = starts[at] - base, ends[at] - base
+            hashes[at] = splitmix64((prefix[b] - prefix[a]) * down[a] + lengths[at] * _LENGTH_MIX)
     for i in np.flatnonzero(lengths > LONG).tolist():
         hashes[i] = xxhash.xxh3_64_intdigest(text[starts[i]:ends[i]].encode("utf-8", "surrogatepass"))
     hashes[hashes == 0] = 1  # 0 marks an empty slot of `HashTable`
