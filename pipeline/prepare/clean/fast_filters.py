@@ -28,8 +28,8 @@ from pipeline.prepare.clean.word_cache import WordCache, Words
 from pipeline.prepare.clean.word_chunks import chunks
 
 RULES = {"gopher-quality": GopherQuality, "gopher-repetition": GopherRepetition, "c4": C4Quality, "fineweb": FineWebQuality}
-# Text judged at a time: a few hundred web documents, whose arrays stay in the caches.
-BATCH_CHARACTERS = 1 << 20
+# Text judged at a time: a few hundred web documents, whose arrays stay in the processor's caches.
+BATCH_CHARACTERS = 1 << 19
 
 
 class _Words:

@@ -50,24 +50,30 @@ class _Powers:
 _POWERS = _Powers()
 
 
+def _polynomials(points: np.ndarray, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The mixed polynomial of each span of `points` (at most `_WINDOW + LONG` of them)."""
+    up, down = _POWERS.get(_WINDOW + LONG + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(len(points) + 1, dtype=np.uint64)
+        np.cumsum(points * up[:len(points)], out=prefix[1:])
+        return splitmix64((prefix[ends] - prefix[starts]) * down[starts] + lengths * _LENGTH_MIX)
+
+
 def string_hashes(text: str, points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each `text[starts[i]:ends[i]]` (`points`: `code_points(text)`; `starts`
-    ascending), never 0. The polynomial is summed a window of text at a time, so that a long
+    ascending), never 0. A longer text's polynomials are summed a window at a time, so that a long
     document needs no arrays the size of its text."""
     lengths = (ends - starts).astype(np.uint64)
-    hashes = np.zeros(len(starts), dtype=np.uint64)
-    short = np.flatnonzero(lengths <= LONG)
-    window = short[np.flatnonzero(np.diff(starts[short] // _WINDOW, prepend=-1))] if len(short) else short
-    up, down = _POWERS.get(_WINDOW + LONG + 1)
-    for first, last in zip(np.searchsorted(short, window), [*np.searchsorted(short, window[1:]), len(short)]):
-        at = short[first:last]
-        base = starts[at[0]]
-        local = points[base:ends[at].max()]
-        with np.errstate(over="ignore"):
-            prefix = np.zeros(len(local) + 1, dtype=np.uint64)
-            np.cumsum(local * up[:len(local)], out=prefix[1:])
-            a, b = starts[at] - base, ends[at] - base
-            hashes[at] = splitmix64((prefix[b] - prefix[a]) * down[a] + lengths[at] * _LENGTH_MIX)
+    if len(points) <= _WINDOW:
+        hashes = _polynomials(points, starts, ends, lengths)
+    else:
+        hashes = np.zeros(len(starts), dtype=np.uint64)
+        short = np.flatnonzero(lengths <= LONG)
+        window = short[np.flatnonzero(np.diff(starts[short] // _WINDOW, prepend=-1))]
+        for first, last in zip(np.searchsorted(short, window), [*np.searchsorted(short, window[1:]), len(short)]):
+            at = short[first:last]
+            base = starts[at[0]]
+            hashes[at] = _polynomials(points[base:ends[at].max()], starts[at] - base, ends[at] - base, lengths[at])
     for i in np.flatnonzero(lengths > LONG).tolist():
         hashes[i] = xxhash.xxh3_64_intdigest(text[starts[i]:ends[i]].encode("utf-8", "surrogatepass"))
     hashes[hashes == 0] = 1  # 0 marks an empty slot of `HashTable`
