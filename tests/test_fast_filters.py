@@ -154,6 +154,7 @@ def test_a_small_cache_starts_afresh_and_decides_the_same(monkeypatch):
     assert FastFilters(CHAIN, {}).judge_many(docs) == expected
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # datatrove's np.mean of no words
 def test_parameters_the_rules_cannot_use_fail_as_in_the_exact_mode():
     """`min_doc_words=0` lets an empty document reach a division by its word count: both refuse,
     with the same line."""

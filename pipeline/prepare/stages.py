@@ -23,10 +23,10 @@ from pipeline.dataset import storage
 from pipeline.prepare.clean.removals import cleans, is_cleaned
 from pipeline.prepare.clean.unit_fingerprints import fingerprinted_units
 from pipeline.prepare.execution import watch
-from pipeline.prepare.execution.beam_cleaning import build_cleaning
+from pipeline.prepare.execution.beam_cleaning import build_cleaning, preload_cleaning
 from pipeline.prepare.execution.beam_options import is_local_runner, pipeline_options, runner_name
-from pipeline.prepare.execution.beam_tokenizing import build_tokenizing
-from pipeline.prepare.execution.beam_units import Build
+from pipeline.prepare.execution.beam_tokenizing import build_tokenizing, preload_tokenizing
+from pipeline.prepare.execution.beam_units import Build, Preload
 from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
 from pipeline.prepare.execution.progress import BYTES, Progress
 from pipeline.prepare.execution.worker_environment import package_versions, staging_options
@@ -45,12 +45,13 @@ class PrepareError(RunError, RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class Stage:
     build: Build  # makes the stage's pipeline
+    preload: Preload  # what its workers need, loaded once before a local job forks them
     kept: str  # what a failed run keeps, for a rerun to resume from
     counts_failures: bool  # whether the line counts the failed units after the first
 
 
-CLEANING = Stage(build_cleaning, kept="fingerprints done", counts_failures=False)
-TOKENIZING = Stage(build_tokenizing, kept="units done", counts_failures=True)
+CLEANING = Stage(build_cleaning, preload_cleaning, kept="fingerprints done", counts_failures=False)
+TOKENIZING = Stage(build_tokenizing, preload_tokenizing, kept="units done", counts_failures=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,7 @@ class StageRunner:
         tick = progress.tick if progress is not None else lambda: None
         try:
             if self.local:
-                restarts = watch.run_local(units, self.context, self.options, finished, tick, stage.build)
+                restarts = watch.run_local(units, self.context, self.options, finished, tick, stage.build, stage.preload)
             else:
                 watch.run_remote(units, self.context, self.options, finished, tick, stage.build)
                 restarts = 0

@@ -91,6 +91,20 @@ def quality_filters(names: Sequence[str], params: Mapping[str, Mapping[str, Any]
     return FastFilters(names, params)
 
 
+def preload(impl: str) -> None:
+    """Loads what the filters of an implementation judge with: spaCy's English pipeline (the fast
+    filters' own copy, or datatrove's), whose import takes most of a second."""
+    if impl == "fast":
+        from pipeline.prepare.clean.word_cache import english
+
+        english()
+    else:
+        from datatrove.utils.typeshelper import Languages
+        from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+        load_word_tokenizer(Languages.english).tokenizer
+
+
 def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> None:
     """Refuses unknown filters and parameters, parameters of filters not asked for, and values the
     filters do not take, before any unit runs."""

@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.prepare.clean.eval_matches import add_counts, common_ngrams, contaminated, write_eval_matches
 from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality_filters import Filters, quality_filters
+from pipeline.prepare.clean.quality_filters import Filters, preload, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints, read_fingerprints, unit_fingerprints
 from pipeline.prepare.execution.beam_units import guarded, spread_units
@@ -132,6 +132,13 @@ class WriteRemovalListFn(beam.DoFn):
 def _mark_cleaned(count: int, context: RunContext, total: int) -> None:
     if count == total and not any_failure(context.failures_dir):
         mark_cleaned(context)
+
+
+def preload_cleaning(context: RunContext) -> None:
+    """What the quality filters judge with (spaCy's English pipeline, most of a second to import),
+    where the run has filters."""
+    if context.config.filters:
+        preload(context.config.filter_impl)
 
 
 def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:
