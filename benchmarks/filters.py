@@ -5,9 +5,8 @@ each filter's speed on one core, in process, in both implementations, against ti
 The corpus (tests/web_text.py) mixes prose with menus, boilerplate, repeated lines, code, bullets,
 very short and long documents. Reported per run: its wall time (the whole `python -m pipeline
 prepare` process, on every core), its ratio to the plain run's, the cleaning job's share and what
-the filters removed. The runs alternate, `--rounds` times (the exact mode, slow and only reported,
-once), and each configuration's best time is compared, so a burst of other work on the machine does
-not decide the ratio.
+the filters removed. The runs alternate, `--rounds` times, and each configuration's best time is
+compared, so a burst of other work on the machine does not decide the ratio.
 
 Per core: MB/s of document text judged per CPU second of this process (the machine may be shared),
 best of `--rounds`, on the same corpus and on tests/varied_text.py's (whose long tail of words keeps
@@ -46,8 +45,8 @@ RUNS = {
     "c4": ["--filter", "c4"],
     "fineweb": ["--filter", "fineweb"],
     "all four": ["--filter", ALL],
+    "all four, exact mode": ["--filter", ALL, "--filter-impl", "datatrove"],
 }
-EXACT = {"all four, exact mode": ["--filter", ALL, "--filter-impl", "datatrove"]}
 FLOOR, GOAL = 2.0, 1.5  # the four filters together, against plain prepare
 
 
@@ -83,12 +82,12 @@ def end_to_end(path: str, documents: int, workdir: str, rounds: int) -> float:
     out = os.path.join(workdir, "out")
     best: dict[str, float] = {}
     found: dict[str, dict] = {}
-    for round_ in range(rounds):
-        for name, flags in {**RUNS, **(EXACT if round_ == 0 else {})}.items():
+    for _ in range(rounds):
+        for name, flags in RUNS.items():
             seconds, found[name] = prepare(path, out, *flags)
             best[name] = min(best.get(name, seconds), seconds)
     print(f"plain: {best['plain']:.1f} s")
-    for name in [*RUNS, *EXACT][1:]:
+    for name in list(RUNS)[1:]:
         print(f"{name}: {best[name]:.1f} s, x{best[name] / best['plain']:.2f} of plain (cleaning job "
               f"{found[name]['cleaning_seconds']:.1f} s); removed {found[name]['removed']} of {documents} documents")
     return best["all four"] / best["plain"]
@@ -108,7 +107,8 @@ def _cold_seconds(names: list[str], corpus: str, seed: int, count: int) -> float
     code = (
         "import sys, time; sys.path[:0] = ['tests', '.'];"
         "sys.path.insert(0, 'benchmarks'); from filters import corpus_of; from pipeline.prepare.clean.fast_filters import FastFilters;"
-        f"docs = corpus_of({corpus!r}, {seed}, {count}); f = FastFilters({names!r}, {{}}); f.judge_many(['Warm up.']);"
+        "from pipeline.prepare.clean.quality_filters import preload; preload('fast');"
+        f"docs = corpus_of({corpus!r}, {seed}, {count}); f = FastFilters({names!r}, {{}});"
         "started = time.process_time(); f.judge_many(docs); print(time.process_time() - started)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True)
@@ -139,7 +139,7 @@ def per_core(rounds: int) -> None:
             warm = megabytes / _cpu_seconds(lambda: fast.judge_many(docs), rounds)
             cold = megabytes / _cold_seconds(names, kind, 100, count)
             exact = quality_filters(names, {}, "datatrove")
-            exact.judge_many(["Warm up."])
+            exact.judge_many(["Warm up, the filters."])
             slow = sample_megabytes / _cpu_seconds(lambda: exact.judge_many(sample), 1)
             print(f"{'+'.join(names):45s} {warm:10.1f} {cold:10.1f} {slow:10.2f}   {tiktoken / warm:.2f}")
 

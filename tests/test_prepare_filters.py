@@ -178,7 +178,7 @@ def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path, c
 
 
 @pytest.mark.slow
-def test_the_fast_filters_write_the_same_bytes_whatever_the_workers(tmp_path):
+def test_the_fast_filters_write_the_same_bytes_on_a_rerun_whatever_the_workers(tmp_path):
     docs = varied_documents(seed=3, count=400) + held_out_documents(seed=7)
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
     args = ["--filter", "gopher-quality,gopher-repetition,c4,fineweb", "--dedup", "exact", "--unit-bytes", "16384"]
@@ -186,6 +186,9 @@ def test_the_fast_filters_write_the_same_bytes_whatever_the_workers(tmp_path):
     run_prepare([path], one, *args)
     run_prepare([path], two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing")
     assert run_outputs(one) == run_outputs(two)
+    first = run_outputs(one)
+    run_prepare([path], one, *args, "--overwrite")  # a rerun from scratch
+    assert run_outputs(one) == first
     assert _removals(one) and json.loads(open(os.path.join(one, formats.MANIFEST_NAME)).read())["config"]["filter_impl"] == "fast"
 
 
