@@ -82,14 +82,21 @@ class Setting:
         return self.older is not _NONE
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
-            **declared: Any) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    **declared: Any,
+) -> Any:
     """A dataclass field declaring a setting (see `Setting` for the keywords)."""
     if not help:
         raise ValueError("a setting needs its help")
     if "older" in declared and declared.get("since") is None:
         raise ValueError("a setting with an older value declares the version it came with (since)")
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={_KEY: Setting(help, **declared)})
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={_KEY: Setting(help, **declared)}
+    )
 
 
 def declared(cls: type) -> list[tuple[dataclasses.Field, Setting]]:
@@ -140,7 +147,9 @@ def identity(instance: Any) -> dict[str, Any]:
     `older` value that holds it or does not matter here, as a form saved before it existed."""
     values = dataclasses.asdict(instance)
     for field, s in declared(type(instance)):
-        if s.has_older and (values[field.name] == s.older or (s.matters is not None and not s.matters(instance))):
+        if s.has_older and (
+            values[field.name] == s.older or (s.matters is not None and not s.matters(instance))
+        ):
             del values[field.name]
     return values
 
@@ -186,7 +195,9 @@ def json_schema(cls: type, *, oldest_version: int) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {field.name: _schema(annotations[field.name], s) for field, s in fields},
-        "required": [field.name for field, s in fields if s.since is None or s.since <= oldest_version],
+        "required": [
+            field.name for field, s in fields if s.since is None or s.since <= oldest_version
+        ],
         "additionalProperties": False,
     }
 
@@ -210,8 +221,10 @@ def _schema(annotation: Any, s: Setting) -> dict[str, Any]:
     if base is Any:
         return {}
     if base not in _JSON_TYPES:
-        raise TypeError(f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, str, "
-                        "a list or a dict of them")
+        raise TypeError(
+            f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, "
+            "str, a list or a dict of them"
+        )
     if s.choices is not None:
         return {"enum": [*s.choices, *[None] * nullable]}
     kind = _JSON_TYPES[base]

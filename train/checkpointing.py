@@ -42,7 +42,10 @@ class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
             return super().restore(directory, item=item)
         saved = sorted(directory.glob("process_0-of-*.json"))
         if not saved:
-            raise TrainError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+            raise TrainError(
+                f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is "
+                "incomplete"
+            )
         item.set_state(json.loads(saved[0].read_text()))
         return item
 
@@ -72,7 +75,8 @@ class Checkpointer:
     def __init__(self, workdir: str, *, every: int, keep: int):
         self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
         self.every = every
-        # The loop says when to save: Orbax's own policy would also save the first step of every start.
+        # The loop says when to save: Orbax's own policy would also save the first step of every
+        # start.
         self._manager = ocp.CheckpointManager(
             self.directory,
             item_names=("state", "data", "feed"),
@@ -85,9 +89,11 @@ class Checkpointer:
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
 
-    def save(self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict) -> float:
-        """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
-        the feed; returns the seconds spent waiting for the previous save to finish writing."""
+    def save(
+        self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict
+    ) -> float:
+        """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position
+        and the feed; returns the seconds spent waiting for the previous save to finish writing."""
         began = time.perf_counter()
         self._manager.wait_until_finished()
         waited = time.perf_counter() - began
@@ -102,15 +108,18 @@ class Checkpointer:
     def restore(
         self, step: int, state: nnx.State, iterator: grain.DatasetIterator, *, data: dict[str, str]
     ) -> tuple[nnx.State, dict]:
-        """The saved state, on the shardings of `state` (a freshly built one), and the saved feed; the
-        iterator is moved to the saved position. Refuses a checkpoint of other `data` (source name ->
-        manifest digest): its position would index another stream of records."""
-        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
+        """The saved state, on the shardings of `state` (a freshly built one), and the saved feed;
+        the iterator is moved to the saved position. Refuses a checkpoint of other `data` (source
+        name -> manifest digest): its position would index another stream of records."""
+        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))[
+            "feed"
+        ]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
                 raise TrainError(
-                    f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
-                    f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
+                    f"source {name!r} is not the data the checkpoint at step {step} was trained "
+                    "on: its manifest changed (prepared again, or another directory); resume on "
+                    "the same data, or use another --workdir"
                 )
         items = {"state": ocp.args.StandardRestore(state), "data": _PositionRestore(iterator)}
         return self._manager.restore(step, args=ocp.args.Composite(**items))["state"], feed
@@ -119,7 +128,9 @@ class Checkpointer:
         """The model's weights alone: the optimizer state is neither built nor read."""
         target = {"model": nnx.state(model)}
         args = ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+            item=target,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True,
         )
         restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
         nnx.update(model, restored["state"]["model"])

@@ -7,8 +7,8 @@ import json
 import os
 
 from model.config import PRESETS, GPTConfig
+from pipeline.load import PACKINGS, open_sources
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from pipeline.load.loader import PACKINGS, open_sources
 from schemas.errors import SettingError
 from schemas.settings import check, setting
 from train.errors import TrainError, TrainUsageError
@@ -25,8 +25,11 @@ class TrainConfig:
     """
 
     data: tuple[DataSource, ...] = setting(
-        help="a prepared directory (tokshards prepare), or a mixture: NAME=WEIGHT:PATH,... or a .json file",
-        parse=str, unset="the saved run's; required for a new run")
+        help="a prepared directory (tokshards prepare), or a mixture: NAME=WEIGHT:PATH,... or a "
+        ".json file",
+        parse=str,
+        unset="the saved run's; required for a new run",
+    )
     workdir: str  # where the run lives: a launch option of `tokshards train`
     model: GPTConfig  # the preset's, with the model flags (train/settings.py) over it
     preset: str = setting("tiny", "model size", choices=tuple(sorted(PRESETS)))
@@ -35,12 +38,21 @@ class TrainConfig:
     seq_len: int = setting(256, "tokens per sequence", unset="the preset's max_seq_len", minimum=1)
     seed: int = setting(0, "model initialization and data order")
     packing: str = setting(
-        "concat", "concat: documents run on across sequences; document: each sequence starts one", choices=PACKINGS)
-    mesh: tuple[tuple[str, int], ...] = setting((), "e.g. data=4,model=2", parse=str, unset="all devices on data")
+        "concat",
+        "concat: documents run on across sequences; document: each sequence starts one",
+        choices=PACKINGS,
+    )
+    mesh: tuple[tuple[str, int], ...] = setting(
+        (), "e.g. data=4,model=2", parse=str, unset="all devices on data"
+    )
     learning_rate: float = setting(1e-3, "peak learning rate")
     min_learning_rate: float = setting(1e-4, "where the cosine decay ends")
-    warmup_steps: int = setting(100, "linear warmup", unset="--steps / 10, at most {default}", minimum=0)
-    decay_steps: int | None = setting(None, "the schedule's horizon", unset="--steps; on resume, the saved run's")
+    warmup_steps: int = setting(
+        100, "linear warmup", unset="--steps / 10, at most {default}", minimum=0
+    )
+    decay_steps: int | None = setting(
+        None, "the schedule's horizon", unset="--steps; on resume, the saved run's"
+    )
     weight_decay: float = setting(0.1, "AdamW's decoupled weight decay, on matrices only")
     grad_clip: float = setting(1.0, "the largest global gradient norm, clipped above")
     beta2: float = setting(0.95, "AdamW's second-moment decay; beta1 is 0.9")
@@ -57,13 +69,20 @@ class TrainConfig:
         check(self)
         if self.seq_len > self.model.max_seq_len:
             raise SettingError(
-                "seq_len", self.seq_len,
-                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger {{preset}} has more",
+                "seq_len",
+                self.seq_len,
+                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger "
+                "{preset} has more",
                 preset=self.preset,
             )
         horizon = "steps" if self.decay_steps is None else "decay_steps"
         if self.decay_horizon <= self.warmup_steps:
-            raise SettingError(horizon, self.decay_horizon, "must exceed {warmup_steps}", warmup_steps=self.warmup_steps)
+            raise SettingError(
+                horizon,
+                self.decay_horizon,
+                "must exceed {warmup_steps}",
+                warmup_steps=self.warmup_steps,
+            )
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -82,22 +101,35 @@ class TrainConfig:
         data = json.loads(text)
         data["model"] = GPTConfig(**data["model"])
         data["data"] = tuple(
-            DataSource(**{**source, "stages": tuple(map(tuple, source.get("stages", ())))}) for source in data["data"]
+            DataSource(**{**source, "stages": tuple(map(tuple, source.get("stages", ())))})
+            for source in data["data"]
         )
         data["mesh"] = tuple(tuple(axis) for axis in data["mesh"])
         return cls(**data)
 
 
 def data_vocab_size(data: tuple[DataSource, ...] | str) -> int:
-    """The vocabulary of the data's tokenizer (its largest id + 1; the model pads it to a multiple of
-    128). The sources are checked to share one tokenizer."""
+    """The vocabulary of the data's tokenizer (its largest id + 1; the model pads it to a multiple
+    of 128). The sources are checked to share one tokenizer."""
     sources = parse_data_spec(data) if isinstance(data, str) else data
     return open_sources(sources)[0].tokenizer.n_vocab
 
 
 # Changing these on resume would change what an uninterrupted run computes.
-_MUST_MATCH = ("data", "model", "batch_size", "seq_len", "seed", "packing", "learning_rate",
-               "min_learning_rate", "warmup_steps", "weight_decay", "grad_clip", "beta2")
+_MUST_MATCH = (
+    "data",
+    "model",
+    "batch_size",
+    "seq_len",
+    "seed",
+    "packing",
+    "learning_rate",
+    "min_learning_rate",
+    "warmup_steps",
+    "weight_decay",
+    "grad_clip",
+    "beta2",
+)
 
 
 def load_saved(workdir: str) -> TrainConfig | None:
@@ -110,7 +142,9 @@ def load_saved(workdir: str) -> TrainConfig | None:
     try:
         return TrainConfig.from_json(text)
     except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise TrainError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
+        raise TrainError(
+            f"{path} is not a config this trainer can read ({e!r}); use another --workdir"
+        ) from None
 
 
 def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
@@ -129,7 +163,8 @@ def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
     if config.decay_steps is None and config.decay_horizon != saved.decay_horizon:
         raise TrainUsageError(
             f"steps={config.steps} without decay_steps would move the schedule's horizon from step "
-            f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another to move it"
+            f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another "
+            "to move it"
         )
 
 

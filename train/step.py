@@ -37,8 +37,11 @@ def make_optimizer(model: GPT, config: TrainConfig) -> nnx.Optimizer:
     tx = optax.chain(
         optax.clip_by_global_norm(config.grad_clip),
         optax.adamw(
-            functools.partial(learning_rate, config, xp=jnp), b1=0.9, b2=config.beta2,
-            weight_decay=config.weight_decay, mask=_decay_mask,
+            functools.partial(learning_rate, config, xp=jnp),
+            b1=0.9,
+            b2=config.beta2,
+            weight_decay=config.weight_decay,
+            mask=_decay_mask,
         ),
     )
     return nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -50,7 +53,10 @@ def token_losses(
     """Next-token cross entropy at every position, and its weight: 1 for real tokens, 0 for padding
     (segment id 0)."""
     logits = model(
-        batch["inputs"], segment_ids=batch.get("segment_ids"), positions=batch.get("positions"), rngs=rngs
+        batch["inputs"],
+        segment_ids=batch.get("segment_ids"),
+        positions=batch.get("positions"),
+        rngs=rngs,
     )
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
     if "segment_ids" in batch:
@@ -90,15 +96,19 @@ class Steps:
         return nnx.merge(self._graphdef, self.state(arrays))
 
     def _train(
-        self, arrays: list[jax.Array], batch: dict[str, jax.Array], key: jax.Array, step: jax.Array,
+        self,
+        arrays: list[jax.Array],
+        batch: dict[str, jax.Array],
+        key: jax.Array,
+        step: jax.Array,
         reports: jax.Array | None = None,
     ) -> tuple[list[jax.Array], dict[str, jax.Array]]:
         """One AdamW step on a global batch: the new arrays and the step's metrics.
 
-        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks. `reports`
-        (one row per device, sharded over all of them) come back replicated in the metrics: what the
-        processes tell each other about their batches travels with the step, with no collective and
-        no wait of its own.
+        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks.
+        `reports` (one row per device, sharded over all of them) come back replicated in the
+        metrics: what the processes tell each other about their batches travels with the step, with
+        no collective and no wait of its own.
         """
         nodes = self.nodes(arrays)
         model, optimizer = nodes["model"], nodes["optimizer"]
@@ -107,11 +117,15 @@ class Steps:
         optimizer.update(model, grads)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
         if reports is not None:
-            metrics["reports"] = jax.lax.with_sharding_constraint(reports, jax.sharding.PartitionSpec())
+            metrics["reports"] = jax.lax.with_sharding_constraint(
+                reports, jax.sharding.PartitionSpec()
+            )
         return self.flat(nnx.state(nodes)), metrics
 
-    def _eval(self, arrays: list[jax.Array], batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
-        however much padding each holds."""
+    def _eval(
+        self, arrays: list[jax.Array], batch: dict[str, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        """The summed loss over a batch's real tokens and their count: batches add up
+        token-weighted, however much padding each holds."""
         losses, weights = token_losses(self.nodes(arrays)["model"], batch)
         return (losses * weights).sum(), weights.sum()

@@ -25,13 +25,21 @@ import numpy as np
 from pipeline.prepare.clean.word_cache import OTHER, PUNCTUATION, SENTENCE_END, WordCache
 from pipeline.prepare.clean.word_chunks import chunks
 
-# datatrove's (datatrove.pipeline.filters.c4_filters; tests/test_fast_filters.py compares them),
-# declared here so that judging imports none of its filters.
+# datatrove's (datatrove.pipeline.filters.c4_filters; tests/prepare/test_fast_filters.py compares
+# them), declared here so that judging imports none of its filters.
 CITATION_REGEX = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
 ELLIPSIS = "..."
-POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-# A line ending otherwise ends so once its citations are removed: it cannot end in terminal punctuation.
+POLICY_SUBSTRINGS = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
+# A line ending otherwise ends so once its citations are removed: it cannot end in terminal
+# punctuation.
 _LAST_CHARACTERS = frozenset(END_PUNCTUATION) | {"]"}
 
 
@@ -62,10 +70,8 @@ def sentence_counts(cache: WordCache, lines: list[str]) -> np.ndarray:
 def _trailing_token(line: str) -> bool:
     """Whether spaCy makes a token of the whitespace ending `line` (all of it but one leading
     space), after a word."""
-    rest = line[len(line.rstrip()):]
+    rest = line[len(line.rstrip()) :]
     return bool(rest) and rest != " "
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,14 +98,20 @@ class C4Quality:
         if reason is None and self.min_num_sentences != -1:
             _ = len(kept) < self.min_num_sentences
 
-    def judge(self, texts: list[str], cache: WordCache) -> tuple[list[str | None], list[str], list[int | None]]:
+    def judge(
+        self, texts: list[str], cache: WordCache
+    ) -> tuple[list[str | None], list[str], list[int | None]]:
         """Each text's reason for removal or None, its text as kept, and for a kept text a lower
         bound of its whitespace chunks where one is known (None otherwise)."""
         judged = [self._lines(text) for text in texts]
         reasons = [reason for reason, _, _, _ in judged]
         needed = self.min_num_sentences
         # Each kept line holds one sentence at least (one exactly without split_paragraph).
-        short = [i for i, (reason, kept, _, _) in enumerate(judged) if reason is None and len(kept) < needed]
+        short = [
+            i
+            for i, (reason, kept, _, _) in enumerate(judged)
+            if reason is None and len(kept) < needed
+        ]
         if needed != -1 and short:
             sentences = {i: len(judged[i][1]) for i in short}
             if self.split_paragraph:
@@ -116,7 +128,9 @@ class C4Quality:
                 lower_bounds.append(None)
                 continue
             new_text = ("\n" if self.split_paragraph else " ").join(kept).strip()
-            out_texts.append(text if new_text == text else new_text)  # the same object: its words stay known
+            out_texts.append(
+                text if new_text == text else new_text
+            )  # the same object: its words stay known
             lower_bounds.append(None if edited else words)
         return reasons, out_texts, lower_bounds
 
@@ -151,7 +165,9 @@ class C4Quality:
             if terminal and line[-1:] not in _LAST_CHARACTERS:
                 continue
             n_words = -1
-            if longest != -1 and (len(line) > longest or longest < 0):  # a longer word needs a longer line
+            if longest != -1 and (
+                len(line) > longest or longest < 0
+            ):  # a longer word needs a longer line
                 split = line.split()
                 if split and max(map(len, split)) > longest:
                     continue

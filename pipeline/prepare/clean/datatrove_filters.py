@@ -14,9 +14,26 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.prepare.clean.quality_filters import FILTER_NAMES, INSTALL_HINT, FilterError, removal_reason
+from pipeline.prepare.clean.quality_filters import (
+    FILTER_NAMES,
+    INSTALL_HINT,
+    RULE_ERRORS,
+    FilterError,
+    removal_reason,
+    rule_failed,
+)
 
-CLASSES = dict(zip(FILTER_NAMES, ("GopherQualityFilter", "GopherRepetitionFilter", "C4QualityFilter", "FineWebQualityFilter")))
+CLASSES = dict(
+    zip(
+        FILTER_NAMES,
+        (
+            "GopherQualityFilter",
+            "GopherRepetitionFilter",
+            "C4QualityFilter",
+            "FineWebQualityFilter",
+        ),
+    )
+)
 # Keyword arguments that are not rules: where datatrove writes removed documents, and the language
 # (only English: other languages' tokenizers fetch models at run time).
 NOT_PARAMETERS = ("self", "exclusion_writer", "language")
@@ -38,7 +55,9 @@ def filter_class(name: str) -> type:
 def class_parameters(name: str) -> dict[str, Any]:
     """The keyword arguments of a filter's datatrove class that are rules, with their defaults."""
     signature = inspect.signature(filter_class(name).__init__)
-    return {p.name: p.default for p in signature.parameters.values() if p.name not in NOT_PARAMETERS}
+    return {
+        p.name: p.default for p in signature.parameters.values() if p.name not in NOT_PARAMETERS
+    }
 
 
 def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,7 +65,9 @@ def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
     `str.endswith`)."""
     declared = inspect.signature(filter_class(name).__init__).parameters
     return {
-        key: tuple(value) if isinstance(value, list) and "tuple" in str(declared[key].annotation) else value
+        key: tuple(value)
+        if isinstance(value, list) and "tuple" in str(declared[key].annotation)
+        else value
         for key, value in values.items()
     }
 
@@ -61,7 +82,10 @@ class DatatroveFilters:
         from pipeline.prepare.clean.shared_words import SharedWords
 
         words = SharedWords()
-        self._filters = [(name, filter_class(name)(**_declared(name, params.get(name, {})), language=words)) for name in names]
+        self._filters = [
+            (name, filter_class(name)(**_declared(name, params.get(name, {})), language=words))
+            for name in names
+        ]
         self._document, self._result = Document, get_filter_result
 
     def judge(self, text: str) -> tuple[str | None, str]:
@@ -71,8 +95,8 @@ class DatatroveFilters:
         for name, rule in self._filters:
             try:
                 kept, why = self._result(rule.filter(document))
-            except (TypeError, ValueError, ZeroDivisionError) as e:
-                raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
+            except RULE_ERRORS as e:
+                raise rule_failed(name, e) from e
             if not kept:
                 return removal_reason(name, why), text
         return None, document.text

@@ -23,11 +23,16 @@ from pipeline.prepare.clean.c4_quality import C4Quality
 from pipeline.prepare.clean.fineweb_quality import FineWebQuality
 from pipeline.prepare.clean.gopher_quality import GopherQuality
 from pipeline.prepare.clean.gopher_repetition import GopherRepetition
-from pipeline.prepare.clean.quality_filters import FilterError, removal_reason
+from pipeline.prepare.clean.quality_filters import RULE_ERRORS, removal_reason, rule_failed
 from pipeline.prepare.clean.word_cache import WordCache, Words
 from pipeline.prepare.clean.word_chunks import chunks
 
-RULES = {"gopher-quality": GopherQuality, "gopher-repetition": GopherRepetition, "c4": C4Quality, "fineweb": FineWebQuality}
+RULES = {
+    "gopher-quality": GopherQuality,
+    "gopher-repetition": GopherRepetition,
+    "c4": C4Quality,
+    "fineweb": FineWebQuality,
+}
 # Text judged at a time: a few hundred web documents, whose arrays stay in the processor's caches.
 BATCH_CHARACTERS = 1 << 19
 
@@ -68,8 +73,8 @@ class FastFilters:
         for name, rule in self._rules:
             try:
                 rule.check(text)
-            except (TypeError, ValueError, ZeroDivisionError) as e:
-                raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
+            except RULE_ERRORS as e:
+                raise rule_failed(name, e) from e
 
     def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
         """For each text: why the first filter that removes it does (`filter:NAME:REASON`) and the
@@ -111,10 +116,14 @@ class FastFilters:
                             if bound is not None:
                                 chunks_at_least[d] = bound
                     else:
-                        known = [words.count(current, d) if words is not None else None for d in alive]
-                        reasons = rule.judge(judging, self._cache, known, [chunks_at_least.get(d) for d in alive])
-                except (TypeError, ValueError, ZeroDivisionError) as e:
-                    raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
+                        known = [
+                            words.count(current, d) if words is not None else None for d in alive
+                        ]
+                        reasons = rule.judge(
+                            judging, self._cache, known, [chunks_at_least.get(d) for d in alive]
+                        )
+                except RULE_ERRORS as e:
+                    raise rule_failed(name, e) from e
                 still = []
                 for d, why in zip(alive, reasons):
                     if why is None:

@@ -49,12 +49,21 @@ class FineWebQuality:
         cannot do raises, without spaCy."""
         self.judge([text], None, [len(text.split())], [None])
 
-    def judge(self, texts: list[str], cache: WordCache | None, words: list[int | None],
-              chunks_at_least: list[int | None]) -> list[str | None]:
+    def judge(
+        self,
+        texts: list[str],
+        cache: WordCache | None,
+        words: list[int | None],
+        chunks_at_least: list[int | None],
+    ) -> list[str | None]:
         """Each text's reason for removal, or None. `words`: each text's word count where known,
         `chunks_at_least`: a lower bound of its whitespace chunks where one is known."""
         stop = self.stop_chars
-        single = frozenset(stop) if isinstance(stop, tuple) and all(isinstance(c, str) and len(c) == 1 for c in stop) else None
+        single = (
+            frozenset(stop)
+            if isinstance(stop, tuple) and all(isinstance(c, str) and len(c) == 1 for c in stop)
+            else None
+        )
         reasons: list[str | None] = []
         to_count = []
         for i, text in enumerate(texts):
@@ -70,7 +79,10 @@ class FineWebQuality:
             if ratio < self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
                 reasons.append("line_punct_ratio")
                 continue
-            if sum(map(self.short_line_length.__ge__, map(len, lines))) / len(lines) > self.short_line_thr:
+            if (
+                sum(map(self.short_line_length.__ge__, map(len, lines))) / len(lines)
+                > self.short_line_thr
+            ):
                 reasons.append("short_line_ratio")
                 continue
             newlines = text.count("\n")

@@ -13,7 +13,7 @@ import dataclasses
 
 from pipeline.prepare.clean.word_cache import Words
 
-# datatrove's (GopherQualityFilter's STOP_WORDS; tests/test_fast_filters.py compares them).
+# datatrove's (GopherQualityFilter's STOP_WORDS; tests/prepare/test_fast_filters.py compares them).
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _BULLETS = ("•", "-")
 _ELLIPSES = ("...", "…")
@@ -46,10 +46,15 @@ class GopherQuality:
 
     def stop_word_list(self) -> list[str]:
         # datatrove compares the words with `set(stop_words)`: what is not a string matches none
-        return sorted(w for w in set(STOP_WORDS if self.stop_words is None else self.stop_words) if isinstance(w, str))
+        return sorted(
+            w
+            for w in set(STOP_WORDS if self.stop_words is None else self.stop_words)
+            if isinstance(w, str)
+        )
 
     def check(self, text: str) -> None:
-        """Runs every rule on a check document's statistics: what the parameters cannot do raises."""
+        """Runs every rule on a check document's statistics: what the parameters cannot do
+        raises."""
         self.stop_word_list()
         n = len(text.split())
         self._reason(text, n, n, len(text) - text.count(" "), n, 2)
@@ -57,18 +62,29 @@ class GopherQuality:
     def judge(self, texts: list[str], words: Words) -> list[str | None]:
         """Each text's reason for removal, or None."""
         counts = words.counts.tolist()
-        non_symbol, non_symbol_length, alpha, stop_words = (column.tolist() for column in words.gopher())
+        non_symbol, non_symbol_length, alpha, stop_words = (
+            column.tolist() for column in words.gopher()
+        )
         return [
-            self._reason(text, *row) for text, *row in zip(texts, counts, non_symbol, non_symbol_length, alpha, stop_words)
+            self._reason(text, *row)
+            for text, *row in zip(texts, counts, non_symbol, non_symbol_length, alpha, stop_words)
         ]
 
-    def _reason(self, text: str, n_words: int, non_symbol: int, non_symbol_length: int, alpha: int,
-                stop_words: int) -> str | None:
+    def _reason(
+        self,
+        text: str,
+        n_words: int,
+        non_symbol: int,
+        non_symbol_length: int,
+        alpha: int,
+        stop_words: int,
+    ) -> str | None:
         if self.min_doc_words and non_symbol < self.min_doc_words:
             return "gopher_short_doc"
         if self.max_doc_words and non_symbol > self.max_doc_words:
             return "gopher_long_doc"
-        # np.mean of the lengths: their exact sum over their count (nan for none, which no bound rejects)
+        # np.mean of the lengths: their exact sum over their count (nan for none, which no bound
+        # rejects)
         average = non_symbol_length / non_symbol if non_symbol else float("nan")
         if self.min_avg_word_length and average < self.min_avg_word_length:
             return "gopher_below_avg_threshold"
@@ -83,13 +99,25 @@ class GopherQuality:
         bullets_at_most = text.count("-") + text.count("•")
         if (
             not fewest_lines
-            or (self.max_bullet_lines_ratio and bullets_at_most / fewest_lines > self.max_bullet_lines_ratio)
-            or (self.max_ellipsis_lines_ratio and ellipses / fewest_lines > self.max_ellipsis_lines_ratio)
+            or (
+                self.max_bullet_lines_ratio
+                and bullets_at_most / fewest_lines > self.max_bullet_lines_ratio
+            )
+            or (
+                self.max_ellipsis_lines_ratio
+                and ellipses / fewest_lines > self.max_ellipsis_lines_ratio
+            )
         ):
             lines = text.splitlines()
-            if self.max_bullet_lines_ratio and sum(map(_bullet, lines)) / len(lines) > self.max_bullet_lines_ratio:
+            if (
+                self.max_bullet_lines_ratio
+                and sum(map(_bullet, lines)) / len(lines) > self.max_bullet_lines_ratio
+            ):
                 return "gopher_too_many_bullets"
-            if self.max_ellipsis_lines_ratio and sum(map(_ellipsis, lines)) / len(lines) > self.max_ellipsis_lines_ratio:
+            if (
+                self.max_ellipsis_lines_ratio
+                and sum(map(_ellipsis, lines)) / len(lines) > self.max_ellipsis_lines_ratio
+            ):
                 return "gopher_too_many_end_ellipsis"
         if self.max_non_alpha_words_ratio and alpha / n_words < self.max_non_alpha_words_ratio:
             return "gopher_below_alpha_threshold"

@@ -68,7 +68,7 @@ class _Windows:
             windows, words = self._by_n[k], self._by_n[1]
             with np.errstate(over="ignore"):
                 for j in range(k + 1, n + 1):
-                    windows = windows[:-1] * _GOLDEN + words[j - 1:]
+                    windows = windows[:-1] * _GOLDEN + words[j - 1 :]
                     self._by_n[j] = windows
         return self._by_n[n]
 
@@ -85,8 +85,11 @@ def _duplicated_characters(hashes: np.ndarray, lengths: np.ndarray, n: int) -> i
     total_length = _exclusive_cumsum(lengths)
     seen: set[int] = set()
     after = total = 0
-    for at, key, length in zip(repeated.tolist(), inverse[repeated].tolist(),
-                               (total_length[repeated + n] - total_length[repeated]).tolist()):
+    for at, key, length in zip(
+        repeated.tolist(),
+        inverse[repeated].tolist(),
+        (total_length[repeated + n] - total_length[repeated]).tolist(),
+    ):
         if at < after:
             continue
         if key in seen:
@@ -115,16 +118,26 @@ class GopherRepetition:
     dup_line_char_frac: float | None = 0.2
     dup_para_char_frac: float | None = 0.2
     top_n_grams: tuple[tuple[int, float]] = ((2, 0.2), (3, 0.18), (4, 0.16))
-    dup_n_grams: tuple[tuple[int, float]] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+    dup_n_grams: tuple[tuple[int, float]] = (
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
+    )
 
     needs_words = True
 
     def __post_init__(self) -> None:
         if any(int(n) < 1 for n, _ in (*self.top_n_grams, *self.dup_n_grams)):
-            raise ValueError(f"n-grams have at least one word (got {self.top_n_grams=}, {self.dup_n_grams=})")
+            raise ValueError(
+                f"n-grams have at least one word (got {self.top_n_grams=}, {self.dup_n_grams=})"
+            )
 
     def check(self, text: str) -> None:
-        """Runs every rule on a check document's lines and on a ratio: what the parameters cannot do raises."""
+        """Runs every rule on a check document's lines and on a ratio: what the parameters cannot
+        do raises."""
         self._lines_reason(text)
         for n, frac in (*self.top_n_grams, *self.dup_n_grams):
             _ = int(n), 0.5 > frac
@@ -134,7 +147,9 @@ class GopherRepetition:
         reasons: list[str | None] = [self._lines_reason(text) for text in texts]
         pending = [i for i, reason in enumerate(reasons) if reason is None]
         if pending and (self.top_n_grams or self.dup_n_grams):
-            found = self._ngram_reasons([texts[i] for i in pending], words.subset(np.array(pending, dtype=np.int64)))
+            found = self._ngram_reasons(
+                [texts[i] for i in pending], words.subset(np.array(pending, dtype=np.int64))
+            )
             for i, reason in zip(pending, found):
                 reasons[i] = reason
         return reasons
@@ -167,7 +182,9 @@ class GopherRepetition:
             salt = (text_of.astype(np.uint64) + np.uint64(1)) * _SALT
         bits = min(max(10, int(np.ceil(np.log2(max(4 * total, 2))))), _MOST_BITS)
         shift, size = np.uint64(64 - bits), 1 << bits
-        left = np.repeat(bounds[1:], np.diff(bounds)) - np.arange(total, dtype=np.int64)  # words to the text's end
+        left = np.repeat(bounds[1:], np.diff(bounds)) - np.arange(
+            total, dtype=np.int64
+        )  # words to the text's end
         length_before = _exclusive_cumsum(lengths)
         windows = _Windows(hashes)
 
@@ -181,7 +198,8 @@ class GopherRepetition:
 
         reasons: list[str | None] = [None] * count
         failed = np.zeros(count, dtype=bool)
-        # The most common n-gram's characters (its joined words) times its count, for each n in order.
+        # The most common n-gram's characters (its joined words) times its count, for each n in
+        # order.
         top = [(int(n), frac) for n, frac in self.top_n_grams]
         bucket_counts = {}
         for k in sorted({min(n, 2) for n, _ in top}):
@@ -195,15 +213,17 @@ class GopherRepetition:
             k = min(n, 2)
             at_most = bucket_counts[k][:m]
             for j in range(1, n - k + 1):
-                at_most = np.minimum(at_most, bucket_counts[k][j:j + m])
+                at_most = np.minimum(at_most, bucket_counts[k][j : j + m])
             inside = left[:m] >= n
-            joined = length_before[n:n + m] - length_before[:m] + (n - 1)
+            joined = length_before[n : n + m] - length_before[:m] + (n - 1)
             bound = _segment_max(np.where(inside, at_most * joined, -1), np.minimum(bounds, m), -1)
             need = (bound >= 0) & (bound / text_length > frac) & ~failed  # bound < 0: no n-gram
             if not need.any():
                 continue
             chosen = np.flatnonzero(inside & need[text_of[:m]])
-            _, inverse, occurrences = np.unique(salted(n, chosen), return_inverse=True, return_counts=True)
+            _, inverse, occurrences = np.unique(
+                salted(n, chosen), return_inverse=True, return_counts=True
+            )
             occurs = occurrences[inverse]
             owner = text_of[chosen]
             starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
@@ -224,21 +244,36 @@ class GopherRepetition:
             if m > 0:
                 keys = salted(n0, slice(0, m))
                 b = buckets(keys)
-                candidates = np.flatnonzero((np.bincount(b, minlength=size)[b] >= 2) & (left[:m] >= n0))
+                candidates = np.flatnonzero(
+                    (np.bincount(b, minlength=size)[b] >= 2) & (left[:m] >= n0)
+                )
                 if len(candidates):
-                    _, first, inverse = np.unique(keys[candidates], return_index=True, return_inverse=True)
-                    candidates = candidates[first[inverse] != np.arange(len(candidates))]  # met earlier
+                    _, first, inverse = np.unique(
+                        keys[candidates], return_index=True, return_inverse=True
+                    )
+                    candidates = candidates[
+                        first[inverse] != np.arange(len(candidates))
+                    ]  # met earlier
                 if len(candidates):
                     starting = _exclusive_cumsum(np.bincount(candidates, minlength=m))
                     j = np.arange(total, dtype=np.int64)
-                    covered = starting[np.minimum(j + 1, m)] - starting[np.clip(j - n0 + 1, 0, m)] > 0
-                    covered_length = np.diff(_exclusive_cumsum(np.where(covered, lengths, 0))[bounds]).astype(np.float64)
-        over = [(n, frac, (covered_length / text_length > frac) & ~failed) for n, frac in duplicated]
+                    covered = (
+                        starting[np.minimum(j + 1, m)] - starting[np.clip(j - n0 + 1, 0, m)] > 0
+                    )
+                    covered_length = np.diff(
+                        _exclusive_cumsum(np.where(covered, lengths, 0))[bounds]
+                    ).astype(np.float64)
+        over = [
+            (n, frac, (covered_length / text_length > frac) & ~failed) for n, frac in duplicated
+        ]
         suspects = np.flatnonzero(np.any([o for _, _, o in over], axis=0)) if over else []
         for i in suspects:
             a, z = bounds[i], bounds[i + 1]
             for n, frac, o in over:
-                if o[i] and _duplicated_characters(hashes[a:z], lengths[a:z], n) / text_length[i] > frac:
+                if (
+                    o[i]
+                    and _duplicated_characters(hashes[a:z], lengths[a:z], n) / text_length[i] > frac
+                ):
                     reasons[i] = f"duplicated_{n}_n_grams"
                     break
         return reasons

@@ -48,6 +48,18 @@ def removal_reason(name: str, why: str | None) -> str:
     return f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"
 
 
+# What a filter raises on a document its parameters make it fail on (a division by no words, say).
+RULE_ERRORS = (TypeError, ValueError, ZeroDivisionError)
+
+
+def rule_failed(name: str, error: Exception) -> FilterError:
+    """The error of a run whose filter `name` raised `error` (one of RULE_ERRORS) on a document."""
+    return FilterError(
+        f"filter {name} failed on a document ({type(error).__name__}: {error}); check its "
+        "parameters"
+    )
+
+
 def _rules(name: str) -> type:
     if name not in FILTER_NAMES:
         raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
@@ -57,7 +69,7 @@ def _rules(name: str) -> type:
 
 
 def parameters(name: str) -> dict[str, Any]:
-    """The settable keyword arguments of a filter, with datatrove's defaults (those of its class)."""
+    """The settable keyword arguments of a filter, with datatrove's defaults (its class's)."""
     return {f.name: f.default for f in dataclasses.fields(_rules(name))}
 
 
@@ -67,7 +79,10 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
     target, sep, raw = text.partition("=")
     name, dot, key = target.partition(".")
     if not sep or not dot or not name or not key:
-        raise FilterError(f"a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got {text!r})")
+        raise FilterError(
+            "a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got "
+            f"{text!r})"
+        )
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
@@ -75,13 +90,17 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
     return name, key, value
 
 
-def quality_filters(names: Sequence[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> Filters:
+def quality_filters(
+    names: Sequence[str], params: Mapping[str, Mapping[str, Any]], impl: str
+) -> Filters:
     """The run's filters, by the implementation asked for (one of FILTER_IMPLS)."""
     if impl not in FILTER_IMPLS:
         raise FilterError(f"unknown filter implementation {impl!r}; expected one of {FILTER_IMPLS}")
     missing = [name for name in ("datatrove", "spacy") if importlib.util.find_spec(name) is None]
     if missing:
-        raise FilterError(f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}")
+        raise FilterError(
+            f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
+        )
     if impl == "datatrove":
         from pipeline.prepare.clean.datatrove_filters import DatatroveFilters
 
@@ -102,7 +121,7 @@ def preload(impl: str) -> None:
         from datatrove.utils.typeshelper import Languages
         from datatrove.utils.word_tokenizers import load_word_tokenizer
 
-        load_word_tokenizer(Languages.english).tokenizer
+        _ = load_word_tokenizer(Languages.english).tokenizer  # built on first use
 
 
 def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> None:
@@ -114,17 +133,24 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], imp
         _rules(name)
     for name, values in params.items():
         if name not in names:
-            raise FilterError(f"parameters given for {name!r}, which is not in --filter {','.join(names) or '(none)'}")
+            raise FilterError(
+                f"parameters given for {name!r}, which is not in --filter "
+                f"{','.join(names) or '(none)'}"
+            )
         known = parameters(name)
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise FilterError(f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}")
+            raise FilterError(
+                f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}"
+            )
     try:
         filters = quality_filters(names, params, impl)
     except (TypeError, ValueError) as e:
         if isinstance(e, FilterError):
             raise
-        raise FilterError(f"the filters refuse their parameters ({type(e).__name__}: {e})") from None
+        raise FilterError(
+            f"the filters refuse their parameters ({type(e).__name__}: {e})"
+        ) from None
     if impl == "fast":
         filters.check(CHECK_DOCUMENT)
     else:

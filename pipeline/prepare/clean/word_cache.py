@@ -33,7 +33,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pipeline.prepare.clean.word_chunks import Chunks, HashTable, code_points, hashes_of, string_hashes
+from pipeline.prepare.clean.word_chunks import (
+    Chunks,
+    HashTable,
+    code_points,
+    hashes_of,
+    string_hashes,
+)
 
 # A word's class for spaCy's sentencizer: `punct_chars` (ends a sentence), other punctuation, or
 # neither (a whitespace token is neither).
@@ -53,9 +59,13 @@ def english() -> tuple:
     nlp = spacy.blank(Languages.english)
     sentence_ends = nlp.add_pipe("sentencizer").punct_chars
     nlp.vocab.lex_attr_getters = {}
-    spaced = [key for key in nlp.tokenizer.rules if any(c.isspace() for c in key) and not key.isspace()]
+    spaced = [
+        key for key in nlp.tokenizer.rules if any(c.isspace() for c in key) and not key.isspace()
+    ]
     if spaced:
-        raise RuntimeError(f"spaCy's English special cases {spaced} hold a space: chunks cannot be split apart")
+        raise RuntimeError(
+            f"spaCy's English special cases {spaced} hold a space: chunks cannot be split apart"
+        )
     return nlp, np.sort(hashes_of(sorted(sentence_ends)))
 
 
@@ -74,7 +84,8 @@ class _CharacterClasses:
         if len(unknown):
             characters = [chr(c) for c in unknown.tolist()]
             self._table[unknown] = [
-                (c in punctuation) | c.isalpha() << 1 | unicodedata.category(c).startswith("P") << 2 for c in characters
+                (c in punctuation) | c.isalpha() << 1 | unicodedata.category(c).startswith("P") << 2
+                for c in characters
             ]
             found = self._table[points]
         return found
@@ -158,16 +169,29 @@ class WordCache:
         hashes = string_hashes(text, points, starts, ends)
         classes = self._classes.of(points, self._punctuation)
         marked = np.zeros((len(points) + 1, 3), dtype=np.int64)
-        np.cumsum(np.stack([classes & 1, classes >> 1 & 1, classes >> 2 & 1], axis=1), axis=0, out=marked[1:])
+        np.cumsum(
+            np.stack([classes & 1, classes >> 1 & 1, classes >> 2 & 1], axis=1),
+            axis=0,
+            out=marked[1:],
+        )
         in_set, letters, punct = (marked[ends] - marked[starts]).T
         word_length = ends - starts
         non_symbol = in_set < word_length  # a character outside PUNCTUATION_SET
         ends_sentence = np.isin(hashes, english()[1])
-        word_class = np.where(ends_sentence, SENTENCE_END, np.where(punct == word_length, PUNCTUATION, OTHER))
+        word_class = np.where(
+            ends_sentence, SENTENCE_END, np.where(punct == word_length, PUNCTUATION, OTHER)
+        )
 
         c0, c1 = self.chunks, self.chunks + len(strings)
         t0, t1 = self.tokens, self.tokens + len(hashes)
-        for name in ("word_count", "first_word", "non_symbol", "non_symbol_length", "alpha", "stop"):
+        for name in (
+            "word_count",
+            "first_word",
+            "non_symbol",
+            "non_symbol_length",
+            "alpha",
+            "stop",
+        ):
             setattr(self, name, _grown(getattr(self, name), c1))
         for name in ("word_hash", "word_length", "word_class"):
             setattr(self, name, _grown(getattr(self, name), t1))
@@ -180,7 +204,10 @@ class WordCache:
         self.word_length[t0:t1] = word_length
         self.word_class[t0:t1] = word_class
         if len(self._stop_hashes):
-            at = np.minimum(np.searchsorted(self._stop_hashes, hashes, sorter=self._stop_order), len(self._stop_hashes) - 1)
+            at = np.minimum(
+                np.searchsorted(self._stop_hashes, hashes, sorter=self._stop_order),
+                len(self._stop_hashes) - 1,
+            )
             index = self._stop_order[at]
             hit = np.flatnonzero(self._stop_hashes[index] == hashes)
             bits = np.left_shift(np.uint64(1), (index[hit] % 64).astype(np.uint64))
@@ -193,10 +220,10 @@ class WordCache:
 
         A chunk of letters alone that is no special case is one word: each of spaCy's English
         prefix, suffix and infix expressions, and its URL match, needs a character that is not a
-        letter (tests/test_fast_filters.py checks every letter against spaCy). Those chunks, half of
-        the new ones in prose, are spared spaCy's call, which costs about ten microseconds a chunk;
-        the others are split by one call over them joined by single spaces, in a memory zone, so
-        that spaCy's vocabulary does not grow with them."""
+        letter (tests/prepare/test_fast_filters.py checks every letter against spaCy). Those
+        chunks, half of the new ones in prose, are spared spaCy's call, which costs about ten
+        microseconds a chunk; the others are split by one call over them joined by single spaces,
+        in a memory zone, so that spaCy's vocabulary does not grow with them."""
         from spacy.attrs import IDX, LENGTH
 
         nlp = english()[0]
@@ -204,17 +231,29 @@ class WordCache:
         split = [i for i, s in enumerate(strings) if not s.isalpha() or s in rules]
         one_word = np.ones(len(strings), dtype=bool)
         one_word[split] = False
-        starts, ends = chunk_starts[one_word], chunk_starts[one_word] + np.array(
-            [len(s) for s, alone in zip(strings, one_word.tolist()) if alone], dtype=np.int64)
+        starts, ends = (
+            chunk_starts[one_word],
+            chunk_starts[one_word]
+            + np.array(
+                [len(s) for s, alone in zip(strings, one_word.tolist()) if alone], dtype=np.int64
+            ),
+        )
         if split:
             sent = [strings[i] for i in split]
-            sent_starts = np.concatenate(([0], np.cumsum(np.array([len(s) + 1 for s in sent], dtype=np.int64))[:-1]))
+            sent_starts = np.concatenate(
+                ([0], np.cumsum(np.array([len(s) + 1 for s in sent], dtype=np.int64))[:-1])
+            )
             with nlp.memory_zone():
                 doc = nlp.tokenizer(_SURROGATE.sub("\ufffd", " ".join(sent)))
                 spans = doc.to_array([IDX, LENGTH]).astype(np.int64).reshape(-1, 2)
             of = np.searchsorted(sent_starts, spans[:, 0], side="right") - 1
-            moved = spans[:, 0] - sent_starts[of] + chunk_starts[np.array(split, dtype=np.int64)[of]]
-            starts, ends = np.concatenate((starts, moved)), np.concatenate((ends, moved + spans[:, 1]))
+            moved = (
+                spans[:, 0] - sent_starts[of] + chunk_starts[np.array(split, dtype=np.int64)[of]]
+            )
+            starts, ends = (
+                np.concatenate((starts, moved)),
+                np.concatenate((ends, moved + spans[:, 1])),
+            )
             order = np.argsort(starts, kind="stable")
             starts, ends = starts[order], ends[order]
         return starts, ends
@@ -227,7 +266,9 @@ class WordCache:
         if self.one_word_chunks:
             return first, counts
         ends = np.cumsum(counts)
-        return np.repeat(first - (ends - counts), counts) + np.arange(ends[-1] if len(ends) else 0), counts
+        return np.repeat(first - (ends - counts), counts) + np.arange(
+            ends[-1] if len(ends) else 0
+        ), counts
 
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
@@ -259,13 +300,21 @@ class Words:
         if len(held):
             stop[held] = np.bitwise_or.reduceat(cache.stop[ids], bounds[:-1][held], axis=0)
         stop_words = _POPCOUNT[stop.view(np.uint8)].sum(axis=1)
-        return (_spans(cache.non_symbol[ids], bounds), _spans(cache.non_symbol_length[ids], bounds),
-                _spans(cache.alpha[ids], bounds), stop_words)
+        return (
+            _spans(cache.non_symbol[ids], bounds),
+            _spans(cache.non_symbol_length[ids], bounds),
+            _spans(cache.alpha[ids], bounds),
+            stop_words,
+        )
 
     def sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every text's words in order, as hashes and lengths, and the bounds of each text's."""
         if self._sequences is None:
             positions, _ = self.cache.word_positions(self.ids)
             word_bounds = np.concatenate(([0], np.cumsum(self.counts)))
-            self._sequences = (self.cache.word_hash[positions], self.cache.word_length[positions], word_bounds)
+            self._sequences = (
+                self.cache.word_hash[positions],
+                self.cache.word_length[positions],
+                word_bounds,
+            )
         return self._sequences

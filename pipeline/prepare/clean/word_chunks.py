@@ -43,23 +43,29 @@ class _Powers:
         if len(self.up) < n:
             with np.errstate(over="ignore"):
                 self.up = np.cumprod(np.full(n, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INVERSE)
-                self.down = np.cumprod(np.full(n, _BASE_INVERSE, dtype=np.uint64)) * np.uint64(_BASE)
+                self.down = np.cumprod(np.full(n, _BASE_INVERSE, dtype=np.uint64)) * np.uint64(
+                    _BASE
+                )
         return self.up, self.down
 
 
 _POWERS = _Powers()
 
 
-def _polynomials(points: np.ndarray, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _polynomials(
+    points: np.ndarray, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray
+) -> np.ndarray:
     """The mixed polynomial of each span of `points` (at most `_WINDOW + LONG` of them)."""
     up, down = _POWERS.get(_WINDOW + LONG + 1)
     with np.errstate(over="ignore"):
         prefix = np.zeros(len(points) + 1, dtype=np.uint64)
-        np.cumsum(points * up[:len(points)], out=prefix[1:])
+        np.cumsum(points * up[: len(points)], out=prefix[1:])
         return splitmix64((prefix[ends] - prefix[starts]) * down[starts] + lengths * _LENGTH_MIX)
 
 
-def string_hashes(text: str, points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def string_hashes(
+    text: str, points: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
     """A 64-bit hash of each `text[starts[i]:ends[i]]` (`points`: `code_points(text)`; `starts`
     ascending), never 0. A longer text's polynomials are summed a window at a time, so that a long
     document needs no arrays the size of its text."""
@@ -70,12 +76,18 @@ def string_hashes(text: str, points: np.ndarray, starts: np.ndarray, ends: np.nd
         hashes = np.zeros(len(starts), dtype=np.uint64)
         short = np.flatnonzero(lengths <= LONG)
         window = short[np.flatnonzero(np.diff(starts[short] // _WINDOW, prepend=-1))]
-        for first, last in zip(np.searchsorted(short, window), [*np.searchsorted(short, window[1:]), len(short)]):
+        for first, last in zip(
+            np.searchsorted(short, window), [*np.searchsorted(short, window[1:]), len(short)]
+        ):
             at = short[first:last]
             base = starts[at[0]]
-            hashes[at] = _polynomials(points[base:ends[at].max()], starts[at] - base, ends[at] - base, lengths[at])
+            hashes[at] = _polynomials(
+                points[base : ends[at].max()], starts[at] - base, ends[at] - base, lengths[at]
+            )
     for i in np.flatnonzero(lengths > LONG).tolist():
-        hashes[i] = xxhash.xxh3_64_intdigest(text[starts[i]:ends[i]].encode("utf-8", "surrogatepass"))
+        hashes[i] = xxhash.xxh3_64_intdigest(
+            text[starts[i] : ends[i]].encode("utf-8", "surrogatepass")
+        )
     hashes[hashes == 0] = 1  # 0 marks an empty slot of `HashTable`
     return hashes
 

@@ -15,7 +15,6 @@ from typing import TextIO
 
 from pipeline.cli.log_cadence import LogCadence, format_count, format_duration
 
-
 TOKENS, BYTES = "tokens", "bytes"  # what a job's amount of work counts
 
 
