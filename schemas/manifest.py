@@ -18,6 +18,7 @@ from schemas.errors import RunError
 from schemas.manifest_schema import JSON_SCHEMA
 from schemas.prepare_config import PrepareConfig
 from schemas.records import token_dtype_name
+from schemas.settings import from_saved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +156,7 @@ class Manifest:
             manifest = cls(
                 tokenizer=TokenizerInfo(**data["tokenizer"]),
                 dtype=data["dtype"],
-                config=PrepareConfig(**data["config"]),
+                config=from_saved(PrepareConfig, data["config"]),
                 inputs=tuple(InputInfo(**i) for i in data["inputs"]),
                 num_units=data["num_units"],
                 shards=tuple(ShardInfo(**s) for s in data["shards"]),

@@ -34,8 +34,12 @@ DEFAULT_NEAR_ROWS = 8
 MAX_NEAR_HASHES = 1024
 # datatrove's filters by the names `--filter` takes (pipeline/prepare/clean/quality_filters.py).
 FILTER_NAMES = ("gopher-quality", "gopher-repetition", "c4", "fineweb")
+# How the filters run: the rules written for speed, or datatrove's own classes (the exact mode).
+FILTER_IMPLS = ("fast", "datatrove")
 # The manifest version that added the cleaning stage's parameters, the id field and the filters.
 _CLEANING_PARAMETERS = 5
+# The manifest version that added the filters' implementation: before it, datatrove's classes ran.
+_FILTER_IMPL = 7
 
 
 def near_threshold(bands: int, rows: int) -> float:
@@ -162,6 +166,17 @@ class PrepareConfig:
         "for the filters",
         minimum=1024,
         since=_CLEANING_PARAMETERS,
+    )
+    # A manifest without it was filtered by datatrove's classes; without filters it decides nothing.
+    filter_impl: str = setting(
+        "fast",
+        "how the filters run: fast (their rules written for speed; datatrove's decisions on all "
+        "but a sliver of documents) or datatrove (its own classes: its decisions to the document, "
+        "at its speed)",
+        choices=FILTER_IMPLS,
+        since=_FILTER_IMPL,
+        older="datatrove",
+        matters=lambda config: bool(config.filters),
     )
 
     def __post_init__(self) -> None:

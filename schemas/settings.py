@@ -8,7 +8,10 @@ config-file keys (the flags' names), the checks a settings class runs in `__post
 (`check`: choices and limits, raising `SettingError`), the JSON Schema of the saved form
 (`json_schema`: types, enums, limits, and the keys every readable version holds), and the flag an
 error names (`flags`). A flag whose value is not saved under its own name declares where it lands
-(`saved_as`); one that is not saved at all, a launch option, declares why (`launch`).
+(`saved_as`); one that is not saved at all, a launch option, declares why (`launch`). A setting
+added later declares the manifest version that added it (`since`), and, where a saved config
+without it was made otherwise than its default would make it, the value that stands for it there
+(`older`): reading a saved config (`from_saved`) and comparing runs (`identity`) both use it.
 
 A small generator over the standard library's argparse, rather than a library, because the commands
 need what none of those weighed gives together: options a command does not know passed on to
@@ -37,6 +40,7 @@ from typing import Any
 from schemas.errors import SettingError
 
 _KEY = "tokshards.setting"
+_NONE = object()  # no `older` value declared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +54,11 @@ class Setting:
     (exclusive maximum) bound the value, or each item or key of a collection. `since`: the manifest
     version that added it, so older manifests may lack it. `saved_as`: where the value lands in the
     saved config when not under its own name (`model.num_layers`). `launch`: why a launch option is
-    not part of the saved config.
+    not part of the saved config. `older`: the value a saved config that lacks the setting (saved
+    before `since`) was made with, where that is not the default. `matters`: whether the setting
+    decides anything in a given config (declared with `older`): a run's `identity` leaves such a
+    setting out where it does not matter or holds its `older` value, so that the identity recorded
+    by a run from before the setting existed still matches.
     """
 
     help: str
@@ -66,6 +74,12 @@ class Setting:
     since: int | None = None
     saved_as: str | None = None
     launch: str | None = None
+    older: Any = dataclasses.field(default=_NONE, compare=False)
+    matters: Callable[[Any], bool] | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def has_older(self) -> bool:
+        return self.older is not _NONE
 
 
 def setting(
@@ -78,6 +92,8 @@ def setting(
     """A dataclass field declaring a setting (see `Setting` for the keywords)."""
     if not help:
         raise ValueError("a setting needs its help")
+    if "older" in declared and declared.get("since") is None:
+        raise ValueError("a setting with an older value declares the version it came with (since)")
     return dataclasses.field(
         default=default, default_factory=default_factory, metadata={_KEY: Setting(help, **declared)}
     )
@@ -114,6 +130,28 @@ def optional(annotation: Any) -> tuple[Any, bool]:
     if type(None) in args and len(args) == 2:
         return next(a for a in args if a is not type(None)), True
     return annotation, False
+
+
+def from_saved(cls: type, saved: Mapping[str, Any]) -> Any:
+    """`cls` from its saved form (`dataclasses.asdict`): a setting the form lacks takes its `older`
+    value where it declares one, else its default."""
+    values = dict(saved)
+    for field, s in declared(cls):
+        if field.name not in values and s.has_older:
+            values[field.name] = s.older
+    return cls(**values)
+
+
+def identity(instance: Any) -> dict[str, Any]:
+    """What makes two runs' settings the same: the saved form, less each setting declared with an
+    `older` value that holds it or does not matter here, as a form saved before it existed."""
+    values = dataclasses.asdict(instance)
+    for field, s in declared(type(instance)):
+        if s.has_older and (
+            values[field.name] == s.older or (s.matters is not None and not s.matters(instance))
+        ):
+            del values[field.name]
+    return values
 
 
 def check(instance: Any) -> None:

@@ -160,7 +160,7 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
     config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
     if config.filters or config.filter_params:
-        check_filters(config.filters, config.filter_params)
+        check_filters(config.filters, config.filter_params, config.filter_impl)
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
     if is_hub_spec(config.tokenizer):

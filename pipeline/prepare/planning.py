@@ -24,6 +24,7 @@ from pipeline.tokenization import tokenizer_info
 from schemas.manifest import TokenizerInfo
 from schemas.prepare_config import PrepareConfig
 from schemas.records import token_dtype_name
+from schemas.settings import identity
 
 _METADATA_THREADS = 16  # metadata requests to an object store are latency-bound
 
@@ -48,10 +49,11 @@ class Plan:
     eval_digests: tuple[str, ...] = ()  # the SHA-256 of each of config.decontaminate
 
     def identity(self) -> dict:
-        """What must match for two runs to be the same job: an eval file is compared by its content,
-        an input by its size and version."""
+        """What must match for two runs to be the same job: the config (as `settings.identity` says
+        it, so that a plan recorded before a setting existed still matches), an eval file by its
+        content, an input by its size and version."""
         return {
-            "config": dataclasses.asdict(self.config),
+            "config": identity(self.config),
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "inputs": [dataclasses.asdict(i) for i in self.inputs],
             "eval_files": [

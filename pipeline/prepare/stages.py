@@ -21,17 +21,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.removals import cleans, is_cleaned
+from pipeline.prepare.clean.unit_fingerprints import fingerprinted_units
 from pipeline.prepare.execution import watch
-from pipeline.prepare.execution.beam_cleaning import build_cleaning
+from pipeline.prepare.execution.beam_cleaning import build_cleaning, preload_cleaning
 from pipeline.prepare.execution.beam_options import is_local_runner, pipeline_options, runner_name
-from pipeline.prepare.execution.beam_tokenizing import build_tokenizing
-from pipeline.prepare.execution.beam_units import Build
+from pipeline.prepare.execution.beam_tokenizing import build_tokenizing, preload_tokenizing
+from pipeline.prepare.execution.beam_units import Build, Preload
 from pipeline.prepare.execution.failures import read_failures, remote_failures_dir
-from pipeline.prepare.execution.progress import Progress
+from pipeline.prepare.execution.progress import BYTES, Progress
 from pipeline.prepare.execution.worker_environment import package_versions, staging_options
 from pipeline.prepare.planning import Plan, worker_extras
 from pipeline.prepare.run_context import RunContext
-from pipeline.prepare.units import UnitResult, WorkUnit
+from pipeline.prepare.units import UnitResult, WorkUnit, input_bytes
 from pipeline.prepare.write.finalize import finished_unit_indices, finished_units
 from schemas.errors import RunError
 from schemas.prepare_config import PrepareConfig, near_threshold
@@ -45,12 +46,13 @@ class PrepareError(RunError, RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class Stage:
     build: Build  # makes the stage's pipeline
+    preload: Preload  # what its workers need, loaded once before a local job forks them
     kept: str  # what a failed run keeps, for a rerun to resume from
     counts_failures: bool  # whether the line counts the failed units after the first
 
 
-CLEANING = Stage(build_cleaning, kept="fingerprints done", counts_failures=False)
-TOKENIZING = Stage(build_tokenizing, kept="units done", counts_failures=True)
+CLEANING = Stage(build_cleaning, preload_cleaning, kept="fingerprints done", counts_failures=False)
+TOKENIZING = Stage(build_tokenizing, preload_tokenizing, kept="units done", counts_failures=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +86,7 @@ class StageRunner:
         try:
             if self.local:
                 restarts = watch.run_local(
-                    units, self.context, self.options, finished, tick, stage.build
+                    units, self.context, self.options, finished, tick, stage.build, stage.preload
                 )
             else:
                 watch.run_remote(units, self.context, self.options, finished, tick, stage.build)
@@ -109,6 +111,11 @@ class StageRunner:
             details if self.verbose else "",
         )
 
+    @property
+    def _interval(self) -> float:
+        """Seconds between polls of a stage's durable output: a listing is cheap locally only."""
+        return 1.0 if storage.is_local(self.context.output_dir) else 10.0
+
     def clean(self) -> float:
         """Runs the cleaning stage unless it is not asked for or already complete; returns its
         seconds. It fingerprints every unit (reading back what an interrupted run wrote), since
@@ -118,13 +125,32 @@ class StageRunner:
             return 0.0
         started = time.time()
         units = list(self.plan.units)
-        print(f"prepare: cleaning {len(units)} units ({_cleaning_rules(config)})", file=sys.stderr)
+        output_dir = self.context.output_dir
+        sizes = input_bytes(units)
+        done = fingerprinted_units(output_dir)
+        print(
+            f"prepare: cleaning {len(units)} units ({len(done)} already done; "
+            f"{_cleaning_rules(config)})",
+            file=sys.stderr,
+        )
         everything = {u.index for u in units}
 
         def cleaned() -> set[int]:
             return everything if is_cleaned(self.context) else set()
 
-        self.run(CLEANING, units, cleaned)
+        def poll() -> tuple[int, int]:
+            found = fingerprinted_units(output_dir)
+            return len(found), sum(sizes.get(i, 0) for i in found)
+
+        progress = Progress(
+            poll,
+            len(units),
+            already_done=len(done),
+            already_amount=sum(sizes.get(i, 0) for i in done),
+            unit=BYTES,
+            interval=self._interval,
+        )
+        self.run(CLEANING, units, cleaned, progress)
         return time.time() - started
 
     def tokenize(self, pending: list[WorkUnit], done: dict[int, UnitResult]) -> int:
@@ -143,8 +169,8 @@ class StageRunner:
             poll,
             self.context.num_units,
             already_done=len(done),
-            already_tokens=sum(r.tokens for r in done.values()),
-            interval=1.0 if storage.is_local(output_dir) else 10.0,
+            already_amount=sum(r.tokens for r in done.values()),
+            interval=self._interval,
         )
         return self.run(TOKENIZING, pending, lambda: finished_unit_indices(output_dir), progress)
 

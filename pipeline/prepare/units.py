@@ -42,6 +42,22 @@ class WorkUnit:
         return dataclasses.asdict(self)
 
 
+def input_bytes(units: list[WorkUnit]) -> dict[int, int]:
+    """Each unit's share of its input's bytes: its byte range, or for rows (Parquet, Arrow) its
+    share of the file's rows times the file's size. What a stage that reads the units reports its
+    rate in."""
+    rows: dict[int, int] = {}
+    for u in units:
+        if u.rows:
+            rows[u.input_index] = max(rows.get(u.input_index, 0), u.end)
+    return {
+        u.index: round(u.size * (u.end - u.start) / max(rows[u.input_index], 1))
+        if u.rows
+        else u.end - u.start
+        for u in units
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class UnitResult:
     """Written atomically when a unit's shards are in place: the durable mark that it is done.

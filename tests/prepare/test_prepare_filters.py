@@ -1,6 +1,8 @@
 """Quality filters in prepare: the documents kept are exactly those datatrove's own filter objects
-keep when run directly on the same texts; removals are counted by rule, located, shown by a dry run,
-and a killed run resumes to the same bytes."""
+keep when run directly on the same texts, with the fast filters (the default) and the exact mode;
+removals are counted by rule, located, shown by a dry run; a rerun writes the same bytes whatever
+the workers, a killed run resumes to them, and a run from before `--filter-impl` resumes with
+datatrove's classes."""
 
 from __future__ import annotations
 
@@ -10,62 +12,40 @@ import os
 import random
 
 import pytest
-from datatrove.data import Document
-from datatrove.pipeline.filters import (
-    C4QualityFilter,
-    FineWebQualityFilter,
-    GopherQualityFilter,
-    GopherRepetitionFilter,
-)
-from datatrove.pipeline.filters.base_filter import get_filter_result
 
 from pipeline.dataset import inspect as inspect_dataset
+from pipeline.prepare.clean import unit_fingerprints
 from pipeline.prepare.clean.quality_filters import (
     TOO_LONG,
     FilterError,
     parameters,
     parse_parameter,
+    quality_filters,
 )
+from pipeline.prepare.clean.removals import CLEANED_NAME
+from pipeline.prepare.clean.unit_fingerprints import FINGERPRINTS_DIR, fingerprint_unit
+from pipeline.prepare.planning import make_plan
+from pipeline.prepare.stages import PrepareError
 from schemas import formats
 from schemas.errors import UsageError
+from schemas.prepare_config import FILTER_NAMES, PrepareConfig
 from support.corpora import write_jsonl
-from support.fault_runs import kill_prepare_part_way, units_started
+from support.fault_runs import kill_prepare_part_way, resumed_run
+from support.filter_reference import CLASSES, datatrove_run
 from support.runs import decoded_documents, files_in_place, run_outputs, run_prepare
+from support.varied_text import varied_documents
 from support.web_text import held_out_documents, prose
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
-CLASSES = {
-    "gopher-quality": GopherQualityFilter,
-    "gopher-repetition": GopherRepetitionFilter,
-    "c4": C4QualityFilter,
-    "fineweb": FineWebQualityFilter,
-}
+CHAIN = list(FILTER_NAMES)
 # Long documents of web_text are cut at this; the filters must see them whole.
 MAX_DOCUMENT_BYTES = 4096
 
 
-def datatrove_run(names: list[str], docs: list[str]) -> dict[int, tuple[str | None, str]]:
-    """Per document, what datatrove's filters (chained as its pipeline chains them) make of it:
-    `(None, the text they keep)`, or `(the removing filter's name and reason, the input text)`."""
-    filters = [(name, CLASSES[name]()) for name in names]
-    out = {}
-    for i, text in enumerate(docs):
-        document = Document(text=text, id=str(i))
-        out[i] = (None, document.text)
-        for name, rule in filters:
-            kept, reason = get_filter_result(rule.filter(document))
-            if not kept:
-                out[i] = (f"filter:{name}:{reason}" if reason else f"filter:{name}", text)
-                break
-        else:
-            out[i] = (None, document.text)
-    return out
-
-
 def datatrove_kept(names: list[str], docs: list[str]) -> dict[int, str | None]:
     """Per document, None where datatrove's filters keep it, else why they remove it."""
-    return {i: why for i, (why, _) in datatrove_run(names, docs).items()}
+    return {i: why for i, (why, _) in enumerate(datatrove_run(names, docs))}
 
 
 def _removals(output: str) -> list[dict]:
@@ -78,13 +58,11 @@ def _check_same_as_datatrove(
 ) -> None:
     run = datatrove_run(names, docs)
     removed = {r["id"]: r["reason"] for r in _removals(output)}
-    assert removed == {i: why for i, (why, _) in run.items() if why is not None}
+    assert removed == {i: why for i, (why, _) in enumerate(run) if why is not None}
     assert all(
         r["line"] == r["id"] + 1 and r["path"].endswith("web.jsonl") for r in _removals(output)
     )
-    kept = [
-        text for why, text in run.values() if why is None
-    ]  # as the filters leave them (C4 drops lines)
+    kept = [text for why, text in run if why is None]  # as the filters leave them (C4 drops lines)
     # A cut document is stored as its pieces: every other kept document is stored whole.
     decoded = decoded_documents(output, encoding)
     whole = [d for d in kept if len(d.encode()) <= MAX_DOCUMENT_BYTES]
@@ -122,7 +100,7 @@ def test_each_filter_keeps_what_datatrove_keeps(name, tmp_path, encoding):
     if name == "c4":  # the documents it keeps lose lines, cut ones too
         edited = [
             i
-            for i, (why, text) in datatrove_run([name], docs).items()
+            for i, (why, text) in enumerate(datatrove_run([name], docs))
             if why is None and text != docs[i]
         ]
         assert any(len(docs[i].encode()) > MAX_DOCUMENT_BYTES for i in edited) and len(edited) > 10
@@ -179,17 +157,139 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(
         "--filter-param",
         'gopher-quality.stop_words=["the","of"]',
     )
-    tuned = GopherQualityFilter(min_doc_words=5, stop_words=["the", "of"])
-    want = {
-        i
-        for i, d in enumerate(docs)
-        if not get_filter_result(tuned.filter(Document(text=d, id="")))[0]
-    }
+    tuned = {"gopher-quality": {"min_doc_words": 5, "stop_words": ["the", "of"]}}
+    want = {i for i, (why, _) in enumerate(datatrove_run(["gopher-quality"], docs, tuned)) if why}
     assert (
         {r["id"] for r in _removals(loose)}
         == want
         != {i for i, w in datatrove_kept(["gopher-quality"], docs).items() if w}
     )
+
+
+def test_the_exact_mode_runs_datatrove_s_classes(tmp_path, encoding):
+    docs = held_out_documents(seed=5)
+    names = ["gopher-quality", "c4", "fineweb"]
+    out = str(tmp_path / "out")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "web.jsonl"), docs)],
+        out,
+        "--filter",
+        ",".join(names),
+        "--filter-impl",
+        "datatrove",
+        "--max-document-bytes",
+        str(MAX_DOCUMENT_BYTES),
+    )
+    assert manifest.config.filter_impl == "datatrove"
+    _check_same_as_datatrove(names, docs, out, manifest, encoding)
+
+
+def test_a_run_from_before_the_fast_filters_resumes_with_datatrove_s(tmp_path, capfd):
+    """A run started before `--filter-impl` existed ran datatrove's classes, and its plan records no
+    filter_impl (as datatrove's does now). Rerun as it was, it is refused, the flag that resumes it
+    named; with it, it resumes: the cleaning units done counted, progress in MB/s, the same
+    bytes."""
+    path = write_jsonl(str(tmp_path / "web.jsonl"), held_out_documents(seed=6))
+    args = ["--filter", "gopher-quality,c4", "--unit-bytes", "16384"]
+    out = str(tmp_path / "out")
+    run_prepare([path], out, *args, "--filter-impl", "datatrove", "--filter-dry-run")
+    state = os.path.join(out, formats.STATE_DIR)
+    assert (
+        "filter_impl"
+        not in json.loads(open(os.path.join(state, formats.PLAN_NAME)).read())["config"]
+    )
+    # Stopped part-way through cleaning: the stage's completion record and half its units' files
+    # gone.
+    os.remove(os.path.join(state, CLEANED_NAME))
+    written = sorted(os.listdir(os.path.join(state, FINGERPRINTS_DIR)))
+    for name in written[len(written) // 2 :]:
+        os.remove(os.path.join(state, FINGERPRINTS_DIR, name))
+    with pytest.raises(
+        PrepareError,
+        match=r"different config \(filter_impl\); the earlier run's is --filter-impl datatrove",
+    ):
+        run_prepare([path], out, *args)
+    capfd.readouterr()
+    manifest = run_prepare([path], out, *args, "--filter-impl", "datatrove")
+    err = capfd.readouterr().err
+    assert (
+        f"cleaning {len(written)} units ({len(written) // 2} already done;" in err
+        and " MB/s | " in err
+    )
+    assert manifest.config.filter_impl == "datatrove"
+    fresh = str(tmp_path / "fresh")
+    run_prepare([path], fresh, *args, "--filter-impl", "datatrove")
+    assert run_outputs(out) == run_outputs(fresh)
+    # Complete, it is its own dataset for the same flags, and another one's for the fast filters.
+    run_prepare([path], out, *args, "--filter-impl", "datatrove")
+    with pytest.raises(PrepareError, match="prepared with different config \\(filter_impl\\)"):
+        run_prepare([path], out, *args)
+
+
+@pytest.mark.slow
+def test_the_fast_filters_write_the_same_bytes_on_a_rerun_whatever_the_workers(tmp_path):
+    docs = varied_documents(seed=3, count=400) + held_out_documents(seed=7)
+    path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
+    args = ["--filter", ",".join(CHAIN), "--dedup", "exact", "--unit-bytes", "16384"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    run_prepare([path], one, *args)
+    run_prepare(
+        [path], two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+    )
+    assert run_outputs(one) == run_outputs(two)
+    first = run_outputs(one)
+    run_prepare([path], one, *args, "--overwrite")  # a rerun from scratch
+    assert run_outputs(one) == first
+    assert (
+        _removals(one)
+        and json.loads(open(os.path.join(one, formats.MANIFEST_NAME)).read())["config"][
+            "filter_impl"
+        ]
+        == "fast"
+    )
+
+
+class _Counted:
+    """Filters that count the documents each call judges."""
+
+    def __init__(self, impl: str):
+        self.filters = quality_filters(CHAIN, {}, impl)
+        self.calls: list[int] = []
+
+    def judge_many(self, texts):
+        self.calls.append(len(texts))
+        return self.filters.judge_many(texts)
+
+
+@pytest.mark.parametrize("impl", ["fast", "datatrove"])
+def test_a_unit_is_judged_a_megabyte_at_a_time_in_order(tmp_path, monkeypatch, impl):
+    """A unit's documents go to the filters in batches, whole and cut ones alike; what is recorded
+    (removals, samples, edits, fingerprints, in document order) is what judging them one by one
+    gives."""
+    rng = random.Random(9)
+    docs = held_out_documents(seed=8) + [
+        prose(rng, 40),
+        "x " * 6000,
+    ]  # cut at 4096 bytes; the last over the bound
+    config = PrepareConfig(
+        filters=CHAIN,
+        filter_impl=impl,
+        dedup="exact",
+        max_document_bytes=4096,
+        filter_max_document_bytes=8192,
+    )
+    (unit,) = make_plan([write_jsonl(str(tmp_path / "web.jsonl"), docs)], config).units
+    too_long = [i for i, d in enumerate(docs) if len(d.encode()) > 8192]
+    batched = _Counted(impl)
+    found = fingerprint_unit(unit, config, None, batched)
+    assert batched.calls == [len(docs) - len(too_long)] and found.documents == len(docs)
+    assert [number for number, reason, _ in found.filtered if reason == TOO_LONG] == too_long
+    assert found.edits and found.filtered == sorted(found.filtered, key=lambda f: f[0])
+    monkeypatch.setattr(unit_fingerprints, "JUDGED_CHARACTERS", 1)
+    one_by_one = _Counted(impl)
+    alone = fingerprint_unit(unit, config, None, one_by_one)
+    assert set(one_by_one.calls) == {1}
+    assert alone.to_bytes("plan") == found.to_bytes("plan") and alone.edits == found.edits
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):
@@ -273,12 +373,8 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
         "--filter-param",
         'fineweb.stop_chars=["!"]',
     )
-    rule = FineWebQualityFilter(stop_chars=("!",))
-    want = {
-        i
-        for i, d in enumerate(docs)
-        if not get_filter_result(rule.filter(Document(text=d, id="")))[0]
-    }
+    tuned = {"fineweb": {"stop_chars": ("!",)}}
+    want = {i for i, (why, _) in enumerate(datatrove_run(["fineweb"], docs, tuned)) if why}
     assert (
         {r["id"] for r in _removals(out)}
         == want
@@ -290,16 +386,8 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
 def test_sigkill_while_filtering_then_resume(tmp_path):
     docs = held_out_documents(seed=4) * 3
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
-    args = [
-        "--filter",
-        "gopher-quality,gopher-repetition,c4,fineweb",
-        "--dedup",
-        "exact",
-        "--unit-bytes",
-        "8192",
-        "--validation-fraction",
-        "0.1",
-    ]
+    args = ["--filter", ",".join(CHAIN), "--dedup", "exact", "--unit-bytes", "8192"]
+    args += ["--validation-fraction", "0.1"]
     clean = str(tmp_path / "clean")
     run_prepare([path], clean, *args)
     out = str(tmp_path / "killed")
@@ -319,6 +407,9 @@ def test_sigkill_while_filtering_then_resume(tmp_path):
     )
     done = files_in_place(watched)
     assert 0 < done <= 2 < total, "the kill lands part-way"
-    # The rerun filters only the units not done: the others' filter results are read back.
-    assert units_started(command, in_pass="cleaning") == total - done
+    # The rerun filters only the units not done, the others' filter results read back, and its
+    # header counts them.
+    started, stderr = resumed_run(command, in_pass="cleaning")
+    assert started == total - done
+    assert f"cleaning {total} units ({done} already done;" in stderr
     assert run_outputs(out) == run_outputs(clean)

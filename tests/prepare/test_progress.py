@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from pipeline.prepare.execution.progress import Progress
+from pipeline.prepare.execution.progress import BYTES, Progress
 
 
 class Clock:
@@ -54,3 +54,20 @@ def test_a_terminal_line_is_refreshed_in_place():
     text = stream.getvalue()
     assert text.count("\r") == 6 and text.count("\n") == 1
     assert "units 3/10" in text and "ETA" in text
+
+
+def test_the_cleaning_stage_reports_input_megabytes_and_counts_only_this_run_s_work():
+    clock, stream, state = Clock(), io.StringIO(), {"done": 4}
+    progress = Progress(
+        lambda: (state["done"], 2_000_000 * state["done"]),
+        12,
+        already_done=4,
+        already_amount=8_000_000,
+        unit=BYTES,
+        stream=stream,
+        clock=clock,
+    )
+    clock.now, state["done"] = 4.0, 8
+    progress.finish()
+    # 4 units of 2 MB in 4 seconds since the resume: 2 MB/s, and 4 more units to go at that pace.
+    assert stream.getvalue() == "units 8/12 | 16.0 MB | 2.0 MB/s | elapsed 0:00:04 | ETA 0:00:04\n"

@@ -34,7 +34,7 @@ def layout_rows() -> dict[str, set[str]]:
     for line in text.splitlines():
         cells = line.split("|")
         if len(cells) > 3 and cells[1].strip().startswith("`"):
-            rows[cells[1].strip().strip("`")] = set(re.findall(r"`([a-z_]+)/?`", cells[2]))
+            rows[cells[1].strip().strip("`")] = set(re.findall(r"`([a-z_][a-z0-9_]*)/?`", cells[2]))
     return rows
 
 

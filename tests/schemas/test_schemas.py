@@ -63,6 +63,18 @@ def test_invalid_manifests_are_refused_with_where(mutate, message):
         Manifest.from_json(json.dumps(data))
 
 
+def test_a_manifest_from_before_the_filter_implementation_reads_as_datatrove_s():
+    """Version 6 had no `filter_impl`: its filters were datatrove's classes, while a new run's
+    default is the fast filters."""
+    data = json.loads(
+        dataclasses.replace(_manifest(), config=PrepareConfig(filters=["c4"])).to_json()
+    )
+    del data["config"]["filter_impl"]
+    data["version"] = 6
+    assert Manifest.from_json(json.dumps(data)).config.filter_impl == "datatrove"
+    assert PrepareConfig(filters=["c4"]).filter_impl == "fast"
+
+
 def test_config_checks_values():
     with pytest.raises(ValueError, match="validation_fraction"):
         PrepareConfig(validation_fraction=1.0)

@@ -16,7 +16,7 @@ from schemas import formats
 from schemas.errors import SettingError
 from schemas.manifest_schema import JSON_SCHEMA
 from schemas.prepare_config import PrepareConfig
-from schemas.settings import check, declared, flags, json_schema, setting
+from schemas.settings import check, declared, flags, from_saved, identity, json_schema, setting
 from train import cli as train_cli
 from train.config import TrainConfig
 from train.settings import ModelFlags
@@ -108,6 +108,7 @@ def test_the_saved_field_names_do_not_change():
         "filters",
         "filter_params",
         "filter_max_document_bytes",
+        "filter_impl",
     ]
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [
         "data",
@@ -200,6 +201,34 @@ def test_the_schema_and_flags_of_declared_settings():
         "mode": "--kind",
         "names": "--names",
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Later:
+    """A setting whose default changed what is made, added after the saved forms without it."""
+
+    items: list[str] = setting(help="what runs", default_factory=list)
+    how: str = setting(
+        "new",
+        "how they run",
+        choices=("new", "old"),
+        since=7,
+        older="old",
+        matters=lambda later: bool(later.items),
+    )
+
+
+def test_a_setting_added_later_reads_back_and_compares_as_what_it_stood_for():
+    # A saved form from before the setting existed was made with its `older` value, not its default.
+    assert from_saved(_Later, {"items": ["a"]}) == _Later(["a"], "old")
+    assert from_saved(_Later, {"items": ["a"], "how": "new"}).how == "new"
+    # An identity leaves it out where it says what its absence said, or decides nothing: a form
+    # recorded before it existed still matches.
+    assert identity(_Later(["a"], "old")) == {"items": ["a"]}
+    assert identity(_Later([], "new")) == {"items": []}
+    assert identity(_Later(["a"], "new")) == {"items": ["a"], "how": "new"}
+    with pytest.raises(ValueError, match="since"):
+        setting("x", "a setting", older="y")
 
 
 def test_train_options_default_to_none_so_a_resume_tells_given_from_left_out():

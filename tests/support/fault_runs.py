@@ -72,6 +72,21 @@ def kill_prepare_part_way(
     )
 
 
+def resumed_run(
+    args: list[str],
+    *,
+    in_pass: str = "units",
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> tuple[int, str]:
+    """Runs `python -m pipeline prepare ARGS` to a successful end; returns how many units started
+    the pass `in_pass` (a unit resumed from an earlier run's record does not), and what the run
+    wrote on stderr."""
+    run, started, _ = _prepare_starting_units(args, in_pass=in_pass, env=env, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return started, run.stderr
+
+
 def units_started(
     args: list[str],
     *,
@@ -79,11 +94,8 @@ def units_started(
     env: dict[str, str] | None = None,
     timeout: float = 300,
 ) -> int:
-    """Runs `python -m pipeline prepare ARGS` to a successful end; returns how many units started
-    the pass `in_pass` (a unit resumed from an earlier run's record does not)."""
-    run, started, _ = _prepare_starting_units(args, in_pass=in_pass, env=env, timeout=timeout)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return started
+    """`resumed_run`'s count of the units that started the pass `in_pass`."""
+    return resumed_run(args, in_pass=in_pass, env=env, timeout=timeout)[0]
 
 
 def kill_prepare_when(

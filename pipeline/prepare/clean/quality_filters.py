@@ -1,15 +1,16 @@
-"""Quality filters: datatrove's own filter classes, run on each whole document of a unit.
+"""Quality filters: datatrove's Gopher quality, Gopher repetition, C4 and FineWeb rules, run on each
+whole document of a unit, by one of two implementations (`--filter-impl`):
 
-The rules are datatrove's (Gopher quality and repetition, C4, FineWeb), called as its pipeline calls
-them: one `Document` passed through the filters in the order asked for, the first that returns
-False removing it (its words split once for them all: see `shared_words`). A removal's reason is
-`filter:NAME:REASON`, REASON being what that filter gives (`gopher_short_doc`, `dup_line_frac`,
-...), or `filter:NAME` where it gives none. Parameters are the filter classes' keyword arguments,
-their defaults datatrove's.
+- `fast` (the default, `fast_filters`): the rules written for speed over batches of documents,
+  each distinct whitespace chunk split by spaCy once per process. The same decisions as datatrove's
+  on all but a sliver of documents (docs/filters.md says which), at several times its speed;
+- `datatrove` (`datatrove_filters`): datatrove's own classes, whose decisions are datatrove's to
+  the document, at its speed.
 
-A filter may also change the documents it keeps (datatrove's C4 filter drops their lines without
-terminal punctuation, or about javascript or cookies): the kept text is then the filters' text, the
-one deduplicated and tokenized (see `unit_fingerprints`).
+Both take datatrove's parameters (the keyword arguments of its classes, with its defaults), give
+its reasons, `filter:NAME:REASON` (`filter:NAME` where datatrove gives none), and keep the text as
+its filters leave it (datatrove's C4 drops lines without terminal punctuation, or about javascript
+or cookies): the kept text is the one deduplicated and tokenized (see `unit_fingerprints`).
 
 Only English: datatrove's English word tokenizer is spaCy's blank pipeline, which needs no model,
 while other languages' tokenizers fetch models (nltk, stanza) at run time.
@@ -17,60 +18,59 @@ while other languages' tokenizers fetch models (nltk, stanza) at run time.
 
 from __future__ import annotations
 
-import functools
-import inspect
+import dataclasses
+import importlib.util
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from schemas.errors import UsageError
-from schemas.prepare_config import FILTER_NAMES
+from schemas.prepare_config import FILTER_IMPLS, FILTER_NAMES
 
-FILTER_CLASSES = dict(
-    zip(
-        FILTER_NAMES,
-        (
-            "GopherQualityFilter",
-            "GopherRepetitionFilter",
-            "C4QualityFilter",
-            "FineWebQualityFilter",
-        ),
-    )
-)
-# Keyword arguments that are not rules: where datatrove writes removed documents, and the language
-# (see above).
-_NOT_PARAMETERS = ("self", "exclusion_writer", "language")
 PREFIX = "filter:"
 # A document longer than `filter_max_document_bytes` is not read whole: it is removed for that.
 TOO_LONG = "filter:too_long"
 INSTALL_HINT = "install the filters extra: pip install -e '.[filters]'"
+CHECK_DOCUMENT = "A check of the filters' parameters."
 
 
 class FilterError(UsageError, ValueError):
     """A filter or parameter that cannot be used, said in one line."""
 
 
-@functools.cache
-def _module():
-    try:
-        from datatrove.pipeline import filters
-    except ImportError as e:
-        raise FilterError(f"--filter needs datatrove and spaCy ({e}); {INSTALL_HINT}") from None
-    return filters
+class Filters(Protocol):
+    def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
+        """For each text: the reason of the first filter that removes it and the text, or None and
+        the text as the filters leave it."""
 
 
-def filter_class(name: str) -> type:
-    if name not in FILTER_CLASSES:
-        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_CLASSES)}")
-    return getattr(_module(), FILTER_CLASSES[name])
+def removal_reason(name: str, why: str | None) -> str:
+    return f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"
+
+
+# What a filter raises on a document its parameters make it fail on (a division by no words, say).
+RULE_ERRORS = (TypeError, ValueError, ZeroDivisionError)
+
+
+def rule_failed(name: str, error: Exception) -> FilterError:
+    """The error of a run whose filter `name` raised `error` (one of RULE_ERRORS) on a document."""
+    return FilterError(
+        f"filter {name} failed on a document ({type(error).__name__}: {error}); check its "
+        "parameters"
+    )
+
+
+def _rules(name: str) -> type:
+    if name not in FILTER_NAMES:
+        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
+    from pipeline.prepare.clean.fast_filters import RULES
+
+    return RULES[name]
 
 
 def parameters(name: str) -> dict[str, Any]:
-    """The settable keyword arguments of a filter, with datatrove's defaults."""
-    signature = inspect.signature(filter_class(name).__init__)
-    return {
-        p.name: p.default for p in signature.parameters.values() if p.name not in _NOT_PARAMETERS
-    }
+    """The settable keyword arguments of a filter, with datatrove's defaults (its class's)."""
+    return {f.name: f.default for f in dataclasses.fields(_rules(name))}
 
 
 def parse_parameter(text: str) -> tuple[str, str, Any]:
@@ -90,13 +90,47 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
     return name, key, value
 
 
-def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> None:
+def quality_filters(
+    names: Sequence[str], params: Mapping[str, Mapping[str, Any]], impl: str
+) -> Filters:
+    """The run's filters, by the implementation asked for (one of FILTER_IMPLS)."""
+    if impl not in FILTER_IMPLS:
+        raise FilterError(f"unknown filter implementation {impl!r}; expected one of {FILTER_IMPLS}")
+    missing = [name for name in ("datatrove", "spacy") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FilterError(
+            f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
+        )
+    if impl == "datatrove":
+        from pipeline.prepare.clean.datatrove_filters import DatatroveFilters
+
+        return DatatroveFilters(names, params)
+    from pipeline.prepare.clean.fast_filters import FastFilters
+
+    return FastFilters(names, params)
+
+
+def preload(impl: str) -> None:
+    """Loads what the filters of an implementation judge with: spaCy's English pipeline (the fast
+    filters' own copy, or datatrove's), whose import takes most of a second."""
+    if impl == "fast":
+        from pipeline.prepare.clean.word_cache import english
+
+        english()
+    else:
+        from datatrove.utils.typeshelper import Languages
+        from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+        _ = load_word_tokenizer(Languages.english).tokenizer  # built on first use
+
+
+def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> None:
     """Refuses unknown filters and parameters, parameters of filters not asked for, and values the
-    filter classes do not take, before any unit runs."""
+    filters do not take, before any unit runs."""
     if len(set(names)) != len(names):
         raise FilterError(f"a filter is named twice (got {names=})")
     for name in names:
-        filter_class(name)
+        _rules(name)
     for name, values in params.items():
         if name not in names:
             raise FilterError(
@@ -109,50 +143,15 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> 
             raise FilterError(
                 f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}"
             )
-    QualityFilters(names, params).judge("A check of the filters' parameters.")
-
-
-def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON's lists as tuples where the class declares a tuple (FineWeb's `stop_chars` goes to
-    `str.endswith`)."""
-    declared = inspect.signature(filter_class(name).__init__).parameters
-    return {
-        key: tuple(value)
-        if isinstance(value, list) and "tuple" in str(declared[key].annotation)
-        else value
-        for key, value in values.items()
-    }
-
-
-class QualityFilters:
-    """The filters of a run, built once per worker."""
-
-    def __init__(self, names: list[str], params: Mapping[str, Mapping[str, Any]]):
-        from datatrove.data import Document
-        from datatrove.pipeline.filters.base_filter import get_filter_result
-
-        from pipeline.prepare.clean.shared_words import SharedWords
-
-        words = SharedWords()
-        self._filters = [
-            (name, filter_class(name)(**_declared(name, params.get(name, {})), language=words))
-            for name in names
-        ]
-
-        self._document, self._result = Document, get_filter_result
-
-    def judge(self, text: str) -> tuple[str | None, str]:
-        """Why the first filter that removes this document does (None when all keep it), and its
-        text as the filters leave it (C4's drops lines of the documents it keeps)."""
-        document = self._document(text=text, id="")
-        for name, rule in self._filters:
-            try:
-                kept, why = self._result(rule.filter(document))
-            except (TypeError, ValueError, ZeroDivisionError) as e:
-                raise FilterError(
-                    f"filter {name} failed on a document ({type(e).__name__}: {e}); check its "
-                    "parameters"
-                ) from e
-            if not kept:
-                return (f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"), text
-        return None, document.text
+    try:
+        filters = quality_filters(names, params, impl)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, FilterError):
+            raise
+        raise FilterError(
+            f"the filters refuse their parameters ({type(e).__name__}: {e})"
+        ) from None
+    if impl == "fast":
+        filters.check(CHECK_DOCUMENT)
+    else:
+        filters.judge_many([CHECK_DOCUMENT])

@@ -5,9 +5,10 @@ reads them instead of the input again. They hold what each document is compared 
 its MinHash band keys), the eval n-grams it holds (decided upon only once every unit's are counted:
 see `eval_matches`), and where it is in its input, to name it in `removals.jsonl`.
 
-The quality filters run first, on each whole document (a cut one's pieces joined): a document they
-remove gets no fingerprint, so deduplication and decontamination see only the documents kept. The
-first few each rule removes in a unit keep an excerpt, for `--filter-dry-run` to show.
+The quality filters run first, on each whole document (a cut one's pieces joined), a megabyte of
+documents at a time, in order: a document they remove gets no fingerprint, so deduplication and
+decontamination see only the documents kept. The first few each rule removes in a unit keep an
+excerpt, for `--filter-dry-run` to show.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from pipeline.prepare.clean.fingerprints import (
     ngram_hashes,
     word_hashes,
 )
-from pipeline.prepare.clean.quality_filters import TOO_LONG, QualityFilters
+from pipeline.prepare.clean.quality_filters import TOO_LONG, Filters
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
@@ -44,6 +46,9 @@ from schemas.prepare_config import PrepareConfig
 FINGERPRINTS_DIR = "fingerprints"
 SAMPLES_PER_REASON = 3
 SAMPLE_CHARS = 160
+# Text handed to the quality filters at a time: a few hundred web documents, judged together (the
+# fast filters' batch), and what a unit holds beyond one document while they wait.
+JUDGED_CHARACTERS = 1 << 20
 _JSON_FIELDS = ("ids", "filtered")
 _NOT_ARRAYS = (*_JSON_FIELDS, "edits")
 
@@ -118,6 +123,12 @@ def fingerprints_path(output_dir: str, unit: int) -> str:
     return storage.join(output_dir, formats.STATE_DIR, FINGERPRINTS_DIR, f"{unit:05d}.npz")
 
 
+def fingerprinted_units(output_dir: str) -> set[int]:
+    """The units whose fingerprints are written, from a listing alone."""
+    directory = storage.join(output_dir, formats.STATE_DIR, FINGERPRINTS_DIR)
+    return {int(os.path.basename(p).split(".")[0]) for p in storage.list_files(directory, ".npz")}
+
+
 def _json_value(value: Any) -> Any:
     """An id as JSON writes it: scalars as they are, anything else (bytes, dates) as text."""
     return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
@@ -138,7 +149,7 @@ class _Cut:
 
 class _Collector:
     def __init__(
-        self, config: PrepareConfig, evals: EvalSet | None, filters: QualityFilters | None = None
+        self, config: PrepareConfig, evals: EvalSet | None, filters: Filters | None = None
     ):
         self._exact = config.dedup != "none"
         self._minhasher = (
@@ -158,33 +169,53 @@ class _Collector:
         self.near: list[tuple[int, np.ndarray]] = []
         self.hits: list[tuple[int, np.ndarray]] = []
         self._cut: tuple[int, _Cut] | None = None
+        # Documents waiting for the filters, in order: number, text (None: too long to hold whole),
+        # and for a cut document what its pieces gave.
+        self._waiting: list[tuple[int, str | None, _Cut | None]] = []
+        self._waiting_characters = 0
 
     def _where(self, number: int, location: int, id: Any) -> None:
         if number == len(self.locations):
             self.locations.append(location)
             self.ids.append(_json_value(id))
 
-    def _judged(self, number: int, text: str | None) -> str | None:
-        """The document's text as the filters keep it, or None when they remove it (`text` None:
-        too long to hold whole). A text they change is kept in `edits`."""
-        if self._filters is None:
-            return text
-        reason, kept = (TOO_LONG, "") if text is None else self._filters.judge(text)
-        if reason is None:
-            if kept != text:
-                self.edits.append([number, kept])
-            return kept
+    def _wait(self, number: int, text: str | None, cut: _Cut | None) -> None:
+        self._waiting.append((number, text, cut))
+        self._waiting_characters += len(text or "")
+        if self._waiting_characters >= JUDGED_CHARACTERS:
+            self.judge_waiting()
+
+    def judge_waiting(self) -> None:
+        """The waiting documents judged in one call of the filters, then, in order, each removal
+        recorded and each kept document fingerprinted (a changed text kept in `edits`)."""
+        waiting, self._waiting, self._waiting_characters = self._waiting, [], 0
+        texts = [text for _, text, _ in waiting if text is not None]
+        judged = iter(self._filters.judge_many(texts) if texts else ())
+        for number, text, cut in waiting:
+            reason, kept = (TOO_LONG, "") if text is None else next(judged)
+            if reason is not None:
+                self._removed(number, reason, text)
+            elif (
+                kept != text or cut is None
+            ):  # a cut document's pieces gave what its text kept gives
+                if kept != text:
+                    self.edits.append([number, kept])
+                self._fingerprint(number, kept)
+            else:
+                self._cut_fingerprint(number, cut)
+
+    def _removed(self, number: int, reason: str, text: str | None) -> None:
         sampled = self._samples.get(reason, 0)
         self._samples[reason] = sampled + 1
         excerpt = text[:SAMPLE_CHARS] if text is not None and sampled < SAMPLES_PER_REASON else None
         self.filtered.append([number, reason, excerpt])
-        return None
 
     def whole(self, number: int, text: str, location: int, id: Any) -> None:
         self._where(number, location, id)
-        kept = self._judged(number, None if is_long(text, self._filter_bytes) else text)
-        if kept is not None:
-            self._fingerprint(number, kept)
+        if self._filters is None:
+            self._fingerprint(number, text)
+        else:
+            self._wait(number, None if is_long(text, self._filter_bytes) else text, None)
 
     def _fingerprint(self, number: int, text: str) -> None:
         if self._exact:
@@ -229,15 +260,14 @@ class _Collector:
             return
         number, cut = self._cut
         self._cut = None
-        if self._filters is not None:
-            whole = None if cut.texts is None else "".join(cut.texts)
-            kept = self._judged(number, whole)
-            if (
-                kept != whole
-            ):  # removed, or changed: what was gathered piece by piece is not what is kept
-                if kept is not None:
-                    self._fingerprint(number, kept)
-                return
+        if self._filters is None:
+            self._cut_fingerprint(number, cut)
+            return
+        whole = None if cut.texts is None else "".join(cut.texts)
+        cut.texts = None
+        self._wait(number, whole, cut)
+
+    def _cut_fingerprint(self, number: int, cut: _Cut) -> None:
         if self._exact:
             self.exact.append((number, cut.exact.digest()))
         if cut.near is not None and cut.near.words >= self._minhasher.ngram:
@@ -248,6 +278,7 @@ class _Collector:
                 self.hits.append((number, hits))
 
     def fingerprints(self, unit: int) -> UnitFingerprints:
+        self.judge_waiting()
         hashes = self._minhasher.bands * self._minhasher.rows if self._minhasher else 0
         signatures = np.array([s for _, s in self.near], dtype=np.uint32).reshape(
             len(self.near), hashes
@@ -279,10 +310,7 @@ class _Collector:
 
 
 def fingerprint_unit(
-    unit: WorkUnit,
-    config: PrepareConfig,
-    evals: EvalSet | None,
-    filters: QualityFilters | None = None,
+    unit: WorkUnit, config: PrepareConfig, evals: EvalSet | None, filters: Filters | None = None
 ) -> UnitFingerprints:
     """Reads the unit through `numbered_documents`. A bad unit with `skip_bad_files` has no
     documents (the tokenizing pass skips and records it); otherwise its SourceError is raised."""
@@ -321,7 +349,7 @@ def read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None
 
 
 def unit_fingerprints(
-    unit: WorkUnit, context: RunContext, filters: QualityFilters | None = None
+    unit: WorkUnit, context: RunContext, filters: Filters | None = None
 ) -> UnitFingerprints:
     """The unit's fingerprints, from an earlier run's file when there is one, else made and kept;
     `filters` are the run's quality filters (None when it has none)."""

@@ -28,7 +28,7 @@ from pipeline.prepare.clean.eval_matches import (
     write_eval_matches,
 )
 from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality_filters import QualityFilters
+from pipeline.prepare.clean.quality_filters import Filters, preload, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import (
     UnitFingerprints,
@@ -49,12 +49,14 @@ class FingerprintUnitFn(beam.DoFn):
         self._context = context
         self._documents = Metrics.counter("clean", "documents")
         self._filtered = Metrics.counter("clean", "filtered_documents")
-        self._filters: QualityFilters | None = None
+        self._filters: Filters | None = None
 
     def setup(self) -> None:
         config = self._context.config
         if config.filters:
-            self._filters = QualityFilters(config.filters, config.filter_params)
+            self._filters = quality_filters(
+                config.filters, config.filter_params, config.filter_impl
+            )
 
     def process(self, unit: WorkUnit) -> list:
         """The unit once its fingerprints are written, and the eval n-grams its documents hold;
@@ -150,6 +152,13 @@ class WriteRemovalListFn(beam.DoFn):
 def _mark_cleaned(count: int, context: RunContext, total: int) -> None:
     if count == total and not any_failure(context.failures_dir):
         mark_cleaned(context)
+
+
+def preload_cleaning(context: RunContext) -> None:
+    """What the quality filters judge with (spaCy's English pipeline, most of a second to import),
+    where the run has filters."""
+    if context.config.filters:
+        preload(context.config.filter_impl)
 
 
 def build_cleaning(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:

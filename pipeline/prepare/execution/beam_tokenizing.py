@@ -14,6 +14,7 @@ from pipeline.prepare.execution.worker_environment import package_versions, vers
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.tokenize.unit import process_unit
 from pipeline.prepare.units import UnitResult, WorkUnit
+from pipeline.tokenization import load_tokenizer
 
 
 class TokenizeUnitFn(beam.DoFn):
@@ -46,6 +47,12 @@ class TokenizeUnitFn(beam.DoFn):
         self._units.inc()
         self._tokens.inc(result.tokens)
         return [result.unit]
+
+
+def preload_tokenizing(context: RunContext) -> None:
+    """The tokenizer, which every worker of the stage loads."""
+    config = context.config
+    load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
 
 
 def build_tokenizing(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:

@@ -27,12 +27,14 @@ from pipeline.prepare.read import SourceError
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.tokenize.unit import InputChangedError
 from pipeline.prepare.units import WorkUnit
-from pipeline.tokenization import load_tokenizer
 
 T = TypeVar("T")
 
 # Makes a stage's pipeline: its steps applied to the units.
 Build = Callable[[beam.Pipeline, list[WorkUnit], RunContext], None]
+# What a stage's workers need loaded (a tokenizer, spaCy): a local job loads it once, before it
+# forks its workers, instead of every worker loading its own.
+Preload = Callable[[RunContext], None]
 
 
 def failure_of(unit: WorkUnit, error: BaseException) -> UnitFailure:
@@ -97,22 +99,24 @@ def _local_runner(
 
 
 def run_units(
-    units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build
+    units: list[WorkUnit],
+    context: RunContext,
+    options: PipelineOptions,
+    build: Build,
+    preload: Preload,
 ) -> None:
     """Runs the units, through the pipeline `build` makes, on the pinned local runner, returning
     when they are done.
 
-    Call it in a single-threaded process: in `multi_processing` mode it forks the workers first.
+    Call it in a single-threaded process: in `multi_processing` mode it forks the workers first,
+    with what `preload` loads.
     """
     count = forked_worker_count(options)
     if not count:
         with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
             build(pipeline, units, context)
         return
-    config = context.config
-    load_tokenizer(
-        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
-    )  # once, before the fork
+    preload(context)  # once, before the fork
     workers = ForkedWorkers(count)
     try:
         # A running mode the runner does not know keeps the given environment instead of its own.

@@ -27,7 +27,7 @@ import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.cli import interrupts
-from pipeline.prepare.execution.beam_units import Build, run_units, start_units
+from pipeline.prepare.execution.beam_units import Build, Preload, run_units, start_units
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
 from pipeline.prepare.run_context import RunContext
@@ -46,12 +46,17 @@ class JobError(RunError, RuntimeError):
 
 
 def _child(
-    units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: Build
+    units: list[WorkUnit],
+    context: RunContext,
+    options: PipelineOptions,
+    errors,
+    build: Build,
+    preload: Preload,
 ) -> None:
     interrupts.ignore_here()  # Ctrl-C is the launcher's to act on: it stops this job
     die_with_parent()
     try:
-        run_units(units, context, options, build)
+        run_units(units, context, options, build, preload)
     except BaseException as e:
         errors.send((f"{type(e).__name__}: {e}", traceback.format_exc()))
         raise SystemExit(1) from None
@@ -108,12 +113,13 @@ def _watch_local(
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
     build: Build,
+    preload: Preload,
 ) -> str:
     """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
     start = multiprocessing.get_context(_start_method())
     receive, send = start.Pipe(duplex=False)
     process = start.Process(
-        target=_child, args=(units, context, options, send, build), daemon=False
+        target=_child, args=(units, context, options, send, build, preload), daemon=False
     )
     with interrupts.ignored_in_children():
         process.start()
@@ -159,13 +165,14 @@ def run_local(
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
     build: Build,
+    preload: Preload,
 ) -> int:
     """Runs every unit, restarting on the units not done after a loss; returns the restarts made.
     `finished` lists the units recorded so far; `tick` is called while waiting; `build` makes the
-    stage's pipeline."""
+    stage's pipeline, with what `preload` loads before the workers are forked."""
     restarts = 0
     while True:
-        outcome = _watch_local(units, context, options, finished, tick, build)
+        outcome = _watch_local(units, context, options, finished, tick, build, preload)
         if outcome != "lost":
             return restarts
         if restarts == RESTARTS:

@@ -15,6 +15,8 @@ from pipeline.prepare.planning import Plan
 from schemas import formats
 from schemas.errors import RunError
 from schemas.manifest import Manifest, ManifestError
+from schemas.prepare_config import PrepareConfig
+from schemas.settings import declared, flag_of, from_saved
 
 FRESH, RESUME, COMPLETE = "fresh", "resume", "complete"
 # run_info.json keeps the identity of the plan a complete directory was made from (its inputs'
@@ -31,13 +33,30 @@ def _differences(old: dict, new: dict) -> str:
     for section in ("config", "tokenizer", "inputs", "eval_files"):
         if old.get(section) != new.get(section):
             if section == "config":
-                keys = sorted(
-                    k for k in new[section] if old.get(section, {}).get(k) != new[section][k]
-                )
-                what.append("config (" + ", ".join(keys) + ")")
+                earlier, now = old.get(section, {}), new[section]
+                keys = sorted(k for k in {*earlier, *now} if earlier.get(k) != now.get(k))
+                what.append("config (" + ", ".join(keys) + ")" + _left_out(earlier, now))
             else:
                 what.append(section.replace("_", " "))
     return ", ".join(what)
+
+
+def _left_out(earlier: dict, now: dict) -> str:
+    """What the earlier run's identity says by leaving a setting out (its `older` value), where it
+    matters for that run: a run recorded before the setting existed is resumed with it."""
+    try:
+        config = from_saved(PrepareConfig, earlier)
+    except (TypeError, ValueError):
+        return ""
+    said = [
+        f"{flag_of(field, s)} {s.older}"
+        for field, s in declared(PrepareConfig)
+        if s.has_older
+        and field.name not in earlier
+        and field.name in now
+        and (s.matters is None or s.matters(config))
+    ]
+    return f"; the earlier run's is {', '.join(said)}" if said else ""
 
 
 def _state_path(output_dir: str, *parts: str) -> str:
