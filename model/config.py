@@ -9,6 +9,9 @@ import jax.numpy as jnp
 DATA = "data"
 MODEL = "model"
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# What a block keeps for the backward pass (model/gpt.py): everything ("none": no rematerialization),
+# its input alone ("full": the rest is recomputed), or its matmuls' outputs too ("dots").
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,15 +27,16 @@ class GPTConfig:
     fsdp: bool = False
 
     def __post_init__(self) -> None:
+        # Sizes first: the divisibility check below divides by num_heads.
+        for name in ("vocab_size", "max_seq_len", "num_layers", "num_heads", "width", "mlp_width"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive (got {name}={getattr(self, name)})")
         if self.width % self.num_heads:
             raise ValueError(f"width must be divisible by num_heads (got {self.width=}, {self.num_heads=})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1) (got {self.dropout=})")
         if self.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"dtype must be one of {COMPUTE_DTYPES} (got {self.dtype=})")
-        for name in ("vocab_size", "max_seq_len", "num_layers", "num_heads", "width", "mlp_width"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
 
     @property
     def padded_vocab_size(self) -> int:
