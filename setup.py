@@ -49,13 +49,15 @@ TRAIN = LOAD + [
     "orbax-checkpoint>=0.11",
     *PLOT,
     "tqdm>=4.66",
+    "tensorboardX>=2.6",  # TensorBoard event files of the metrics, without TensorFlow
 ]
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
 GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100"]
+# TensorBoard itself reads the trainer's event files back in the tests.
+TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100", "tensorboard>=2.16"]
 
 setup(
     name="tokshards",
