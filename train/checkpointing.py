@@ -9,10 +9,14 @@ number of processes whose data axis divides the global batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import grain
@@ -22,8 +26,39 @@ from etils import epath
 from flax import nnx
 
 from model.gpt import GPT
+from train.stopping import CheckpointError
 
 CHECKPOINT_DIR = "checkpoints"
+
+
+class _OrbaxBackground(logging.Filter):
+    """Orbax's logged errors of a failed background save (each with its traceback, once per thread
+    that saw it): the failure is raised again to the loop, which reports it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+@contextlib.contextmanager
+def _quiet_failures() -> Iterator[None]:
+    """While checkpoints are written: Orbax's logged errors are left to the loop's one line, and so
+    are the writes that TensorStore finishes after a failed save's event loop closed (each one an
+    unraisable `RuntimeError: Event loop is closed`)."""
+    absl = logging.getLogger("absl")
+    quiet = _OrbaxBackground()
+    absl.addFilter(quiet)
+    hook = sys.unraisablehook
+
+    def unraisable(unraisable) -> None:
+        if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+            hook(unraisable)
+
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+        absl.removeFilter(quiet)
 
 
 class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
@@ -58,6 +93,13 @@ class _PositionRestore(ocp.args.CheckpointArgs):
     item: Any
 
 
+def _restore_args(target: Any) -> ocp.args.PyTreeRestore:
+    """Restores onto `target`'s shapes, dtypes and shardings; a part of the saved tree (the model
+    without the optimizer) restores alone."""
+    return ocp.args.PyTreeRestore(item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                                  partial_restore=True)
+
+
 class Checkpointer:
     """Every `every` steps and at the last, keeping the last `keep`; the data position travels with
     the weights, so a restored run reads exactly the batches the uninterrupted one would have.
@@ -66,20 +108,66 @@ class Checkpointer:
     writes it in the background into a temporary directory that is renamed into place when whole,
     so a run killed mid-save leaves the previous checkpoint as the latest. A save still in flight is
     finished before the next one starts and before `close` returns.
+
+    A save that fails raises `CheckpointError` in the loop, at once where the step's directory
+    cannot be made (Orbax makes it before `save` returns, not in the background, where a failure
+    left the save waiting 300 s for a signal that never came), or at the first `check` after the
+    background write failed.
     """
+
+    compress = True
 
     def __init__(self, workdir: str, *, every: int, keep: int):
         self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
         self.every = every
+        self.saved: int | None = None  # the latest step saved (its write finished or in flight)
+        self._unchecked: int | None = None  # a step whose background write is not known to have succeeded
+        self._quiet = contextlib.ExitStack()
+        self._quiet.enter_context(_quiet_failures())
         # The loop says when to save: Orbax's own policy would also save the first step of every start.
-        self._manager = ocp.CheckpointManager(
-            self.directory,
-            item_names=("state", "data", "feed"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True),
-        )
+        try:
+            self._manager = ocp.CheckpointManager(
+                self.directory,
+                item_names=("state", "data", "feed"),
+                item_handlers={"state": ocp.PyTreeCheckpointHandler(use_compression=self.compress),
+                               "data": _AnyTopologyHandler(), "feed": ocp.JsonCheckpointHandler()},
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep, enable_async_checkpointing=True,
+                    async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
+                ),
+            )
+        except OSError as e:
+            self._quiet.close()
+            raise CheckpointError(None, self.directory, e) from None
+
+    def probe(self) -> None:
+        """Refuses a checkpoint directory that cannot be written now, before the run trains up to
+        its first checkpoint: a directory made and removed in it."""
+        probe = epath.Path(self.directory) / f".probe-{jax.process_index()}-{os.getpid()}"
+        try:
+            probe.mkdir(parents=True, exist_ok=True)
+            probe.rmdir()
+        except OSError as e:
+            raise CheckpointError(None, self.directory, e) from None
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
+
+    def check(self) -> None:
+        """Raises `CheckpointError` if the background write of the last save failed; cheap while it
+        runs or once it is known to have succeeded."""
+        if self._unchecked is not None and not self._manager.is_saving_in_progress():
+            self._finish()
+
+    def _finish(self) -> None:
+        """Waits for the save in flight; its failure is a `CheckpointError`."""
+        step, self._unchecked = self._unchecked, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 (whatever the store raised: OSError, TensorStore's ValueError)
+            if step is None:
+                raise
+            raise CheckpointError(step, self.directory, e) from None
 
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
@@ -88,14 +176,18 @@ class Checkpointer:
         """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
         the feed; returns the seconds spent waiting for the previous save to finish writing."""
         began = time.perf_counter()
-        self._manager.wait_until_finished()
+        self._finish()
         waited = time.perf_counter() - began
         items = {
-            "state": ocp.args.StandardSave(state),
+            "state": ocp.args.PyTreeSave(state),
             "data": _PositionSave(iterator),
             "feed": ocp.args.JsonSave(feed),
         }
-        self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        try:
+            self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:  # noqa: BLE001 (the step's directory could not be made, or the copy failed)
+            raise CheckpointError(step, self.directory, e) from None
+        self.saved = self._unchecked = step
         return waited
 
     def restore(
@@ -111,19 +203,29 @@ class Checkpointer:
                     f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
                     f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
                 )
-        items = {"state": ocp.args.StandardRestore(state), "data": _PositionRestore(iterator)}
+        items = {"state": _restore_args(state), "data": _PositionRestore(iterator)}
         return self._manager.restore(step, args=ocp.args.Composite(**items))["state"], feed
 
     def restore_model(self, step: int, model: GPT) -> None:
         """The model's weights alone: the optimizer state is neither built nor read."""
-        target = {"model": nnx.state(model)}
-        args = ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
-        )
-        restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
+        restored = self._manager.restore(step, args=ocp.args.Composite(state=_restore_args({"model": nnx.state(model)})))
         nnx.update(model, restored["state"]["model"])
 
-    def close(self) -> None:
-        """Waits for a save in flight to be written whole."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+    def close(self, *, failing: bool = False) -> None:
+        """Waits for a save in flight to be written whole. `failing`: the run is ending on an error
+        of its own, which a failure of that save would only hide."""
+        error = None
+        try:
+            try:
+                self._finish()
+            except CheckpointError as e:
+                error = e
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001
+                if error is None and not failing:
+                    raise
+        finally:
+            self._quiet.close()
+        if error is not None and not failing:
+            raise error

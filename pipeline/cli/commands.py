@@ -93,9 +93,11 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
     """Runs one command; a Ctrl-C at any moment ends it with one line and status 130."""
     interrupts.install()
     try:
-        if name in _BEAM:
-            _import_beam_quietly()
-        status = COMMANDS[name].function(COMMANDS[name].main)(argv, prog)
+        with interrupts.deferred():
+            if name in _BEAM:
+                _import_beam_quietly()
+            command = COMMANDS[name].function(COMMANDS[name].main)
+        status = command(argv, prog)
         interrupts.settle()
     except ModuleNotFoundError as e:
         extra = COMMANDS[name].extra
