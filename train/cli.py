@@ -10,12 +10,13 @@ import dataclasses
 import os
 import sys
 
-from model.config import PRESETS
-from pipeline.cli import config_file
+from model.config import PRESETS, REMAT_POLICIES
+from pipeline.cli import config_file, interrupts
 from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.config_file import add_option as add_config_option
 from pipeline.cli.flag_errors import flag_message, flags_of
 from train.settings import default
+from train.stopping import PREEMPTED_STATUS, CheckpointError, Diverged, Preempted, record_preemption
 
 # Command-line options that are not run settings.
 _LAUNCH = ("coordinator", "num_processes", "process_id", config_file.CONFIG)
@@ -76,6 +77,17 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     add("--eval-batches", f"validation batches per eval, 0 for none (default: {default('eval_batches')})", type=int)
     add("--log-every", f"steps between progress lines (default: {default('log_every')})", type=int)
     add("--loader-workers", f"prefetch processes of the loader (default: {default('loader_workers')})", type=int)
+    add("--gradient-accumulation-steps", "micro-batches per step: the batch is split, their gradients summed "
+        f"(default: {default('gradient_accumulation_steps')})", type=int)
+    add("--remat", "recompute each block's activations in the backward pass: full (keep its input), dots "
+        f"(also its matmuls' outputs); --remat alone is full (default: {default('remat')})", nargs="?",
+        const="full", choices=REMAT_POLICIES)
+    add("--tensorboard", "TensorBoard event files in WORKDIR/tensorboard (default: on)",
+        action=argparse.BooleanOptionalAction)
+    add("--profile-steps", "trace this many steps with jax.profiler into WORKDIR/tensorboard (default: none)",
+        type=int)
+    add("--profile-skip-steps", "steps run before the trace begins (default: "
+        f"{default('profile_skip_steps')}, the step that compiles)", type=int)
     add("--coordinator", "multi-host: host:port of process 0 (default: one process)")
     add("--num-processes", "multi-host: how many processes (default: one process)", type=int)
     add("--process-id", "multi-host: this process's index (default: one process)", type=int)
@@ -133,19 +145,27 @@ def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
     return 0
 
 
+def _after_progress() -> str:
+    """A line after a progress bar starts on a line of its own."""
+    return "\n" if sys.stderr.isatty() else ""
+
+
 def main(argv: list[str], prog: str = "tokshards train") -> int:
     """Trains; `sample` as the first argument samples instead (`python -m train sample`)."""
     if argv[:1] == ["sample"]:
         return sample_main(argv[1:], f"{prog} sample")
     flags = flags_of(parser(prog))
+    record_preemption()  # SIGTERM: save and stop (train/stopping.py)
     try:
         args, _ = config_file.parse(lambda: parser(prog), argv)
-        import jax
+        with interrupts.deferred():
+            import jax
+
+            from train.trainer import train
 
         if args.coordinator:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
             jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-        from train.trainer import train
 
         config, notes = _config(args, flags)
         if jax.process_index() == 0:
@@ -158,7 +178,23 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
     except ValueError as e:  # LoaderError and config errors are ValueErrors with a clear message
         print(f"train: error: {flag_message(str(e), flags)}", file=sys.stderr)
         return 1
+    except (Diverged, CheckpointError) as e:  # the run stopped; what it saved before is whole
+        print(f"{_after_progress()}train: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the workdir cannot be written
+        print(f"train: error: {e.strerror}: {e.filename}" if e.filename else f"train: error: {e}", file=sys.stderr)
+        return 1
+    except Preempted as e:
+        print(f"{_after_progress()}train: {e}", file=sys.stderr)
+        return PREEMPTED_STATUS
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
+    if result.get("already") and result["process_index"] == 0:
+        past = f", past --steps {config.steps}" if result["step"] > config.steps else f" of {config.steps}"
+        print(f"train: already at step {result['step']}{past}; nothing to train (--steps sets a later end)")
+    if "profile" in result:
+        print(f"profile: {result['profile']} (TensorBoard's profile plugin, XProf or Perfetto)")
+    if "tensorboard" in result:
+        print(f"tensorboard: tensorboard --logdir {result['tensorboard']}")
     if "plot" in result:
         print(f"final loss {result.get('loss', float('nan')):.4f}"
               + (f", eval loss {result['eval_loss']:.4f}" if "eval_loss" in result else ""))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
-from model.config import GPTConfig
+from model.config import REMAT_POLICIES, GPTConfig
 from pipeline.load.data_spec import DataSource, parse_data_spec
 from pipeline.load.loader import open_sources
 
@@ -40,6 +41,13 @@ class TrainConfig:
     eval_batches: int = 8
     log_every: int = 1
     loader_workers: int = 0
+    # How the step computes, not what: free to change on resume.
+    gradient_accumulation_steps: int = 1  # micro-batches per step: the batch is split, their gradients summed
+    remat: str = "none"  # recompute each block's activations in the backward pass: "none", "full" or "dots"
+    # What the run records besides metrics.jsonl.
+    tensorboard: bool = True  # TensorBoard event files of every metrics row in WORKDIR/tensorboard
+    profile_steps: int = 0  # steps traced by jax.profiler into WORKDIR/tensorboard/plugins/profile; 0: none
+    profile_skip_steps: int = 1  # steps of each (re)start before the trace begins (the first one compiles)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):
@@ -52,6 +60,8 @@ class TrainConfig:
                 f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
                 "lower --seq-len or choose a larger preset"
             )
+        self._check_optimizer()
+        self._check_computation()
         if self.eval_batches < 0:
             raise ValueError(f"eval_batches must be non-negative, 0 to turn evaluation off (got {self.eval_batches=})")
         if self.warmup_steps < 0:
@@ -60,6 +70,36 @@ class TrainConfig:
             raise ValueError(
                 f"the decay horizon must exceed warmup_steps (got {self.decay_horizon=}, {self.warmup_steps=})"
             )
+
+    def _check_optimizer(self) -> None:
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive (got learning_rate={self.learning_rate})")
+        if not 0 <= self.min_learning_rate <= self.learning_rate:
+            raise ValueError(
+                f"min_learning_rate must be in [0, learning_rate] (got min_learning_rate={self.min_learning_rate}, "
+                f"learning_rate={self.learning_rate})"
+            )
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be non-negative (got weight_decay={self.weight_decay})")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
+            raise ValueError(f"grad_clip must be positive (got grad_clip={self.grad_clip})")
+        if not 0 <= self.beta2 < 1:
+            raise ValueError(f"beta2 must be in [0, 1) (got beta2={self.beta2})")
+
+    def _check_computation(self) -> None:
+        if self.loader_workers < 0:
+            raise ValueError(f"loader_workers must be non-negative (got loader_workers={self.loader_workers})")
+        accumulation = self.gradient_accumulation_steps
+        if accumulation < 1 or self.batch_size % accumulation:
+            raise ValueError(
+                "gradient_accumulation_steps must be at least 1 and divide batch_size "
+                f"(got gradient_accumulation_steps={accumulation}, batch_size={self.batch_size})"
+            )
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)} (got remat={self.remat})")
+        for name in ("profile_steps", "profile_skip_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative (got {name}={getattr(self, name)})")
 
     @property
     def source_names(self) -> tuple[str, ...]:

@@ -18,7 +18,10 @@ from train.config import TrainConfig, data_vocab_size
 
 # Settings free to differ from the saved run's: they change when or how, not what, is computed.
 _FREE = frozenset({"workdir", "steps", "decay_steps", "mesh", "checkpoint_every", "keep_checkpoints",
-                   "eval_every", "eval_batches", "log_every", "loader_workers"})
+                   "eval_every", "eval_batches", "log_every", "loader_workers", "gradient_accumulation_steps",
+                   "remat", "tensorboard", "profile_steps", "profile_skip_steps"})
+# Settings of one start alone: a resume that does not give them takes the default, not the saved run's.
+_THIS_START = ("profile_steps", "profile_skip_steps")
 # Model settings with a flag of their own, by `GPTConfig` field; `bf16` stands for `dtype`.
 _MODEL_FIELDS = ("width", "num_layers", "num_heads", "dropout", "fsdp", "vocab_size")
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -93,7 +96,8 @@ def _resumed(
                 f"{_shown(flags[name], value)} differs from the saved run's {theirs}; "
                 "drop the flag or use another --workdir"
             )
-    config = dataclasses.replace(saved, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"})
+    config = dataclasses.replace(saved, **{name: default(name) for name in _THIS_START})
+    config = dataclasses.replace(config, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"})
     notes = []
     if "decay_steps" in given:
         if given["decay_steps"] != saved.decay_horizon:
