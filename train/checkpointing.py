@@ -31,6 +31,12 @@ from train.stopping import CheckpointError
 CHECKPOINT_DIR = "checkpoints"
 
 
+def in_background() -> bool:
+    """Whether checkpoints are written while the next steps run: on accelerators, whose host is idle
+    while they compute; not on CPU devices, where the step computes on the host's cores."""
+    return jax.devices()[0].platform != "cpu"
+
+
 class _OrbaxBackground(logging.Filter):
     """Orbax's logged errors of a failed background save (each with its traceback, once per thread
     that saw it): the failure is raised again to the loop, which reports it in one line."""
@@ -93,21 +99,17 @@ class _PositionRestore(ocp.args.CheckpointArgs):
     item: Any
 
 
-def _restore_args(target: Any) -> ocp.args.PyTreeRestore:
-    """Restores onto `target`'s shapes, dtypes and shardings; a part of the saved tree (the model
-    without the optimizer) restores alone."""
-    return ocp.args.PyTreeRestore(item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                                  partial_restore=True)
-
-
 class Checkpointer:
     """Every `every` steps and at the last, keeping the last `keep`; the data position travels with
     the weights, so a restored run reads exactly the batches the uninterrupted one would have.
 
-    Saves are asynchronous: `save` returns once the state is copied off the device, and Orbax
-    writes it in the background into a temporary directory that is renamed into place when whole,
-    so a run killed mid-save leaves the previous checkpoint as the latest. A save still in flight is
-    finished before the next one starts and before `close` returns.
+    Saves are asynchronous on accelerators: `save` returns once the state is copied off the device,
+    and Orbax writes it in the background into a temporary directory that is renamed into place
+    when whole, so a run killed mid-save leaves the previous checkpoint as the latest. A save still
+    in flight is finished before the next one starts and before `close` returns. On CPU devices
+    (`background` False) `save` writes the checkpoint before it returns: the step computes on the
+    host's own cores, so a background write takes them from it, and costs the loop more than
+    writing at once (benchmarks/checkpoint_cost.py, docs/performance.md).
 
     A save that fails raises `CheckpointError` in the loop, at once where the step's directory
     cannot be made (Orbax makes it before `save` returns, not in the background, where a failure
@@ -115,11 +117,10 @@ class Checkpointer:
     background write failed.
     """
 
-    compress = True
-
-    def __init__(self, workdir: str, *, every: int, keep: int):
+    def __init__(self, workdir: str, *, every: int, keep: int, background: bool | None = None):
         self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
         self.every = every
+        self.background = in_background() if background is None else background
         self.saved: int | None = None  # the latest step saved (its write finished or in flight)
         self._unchecked: int | None = None  # a step whose background write is not known to have succeeded
         self._quiet = contextlib.ExitStack()
@@ -129,10 +130,8 @@ class Checkpointer:
             self._manager = ocp.CheckpointManager(
                 self.directory,
                 item_names=("state", "data", "feed"),
-                item_handlers={"state": ocp.PyTreeCheckpointHandler(use_compression=self.compress),
-                               "data": _AnyTopologyHandler(), "feed": ocp.JsonCheckpointHandler()},
                 options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep, enable_async_checkpointing=True,
+                    max_to_keep=keep, enable_async_checkpointing=self.background,
                     async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
                 ),
             )
@@ -174,12 +173,13 @@ class Checkpointer:
 
     def save(self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict) -> float:
         """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
-        the feed; returns the seconds spent waiting for the previous save to finish writing."""
+        the feed (writes them, without `background`); returns the seconds spent waiting for the
+        previous save to finish writing."""
         began = time.perf_counter()
         self._finish()
         waited = time.perf_counter() - began
         items = {
-            "state": ocp.args.PyTreeSave(state),
+            "state": ocp.args.StandardSave(state),
             "data": _PositionSave(iterator),
             "feed": ocp.args.JsonSave(feed),
         }
@@ -188,6 +188,8 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 (the step's directory could not be made, or the copy failed)
             raise CheckpointError(step, self.directory, e) from None
         self.saved = self._unchecked = step
+        if not self.background:
+            self._finish()
         return waited
 
     def restore(
@@ -203,12 +205,16 @@ class Checkpointer:
                     f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
                     f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
                 )
-        items = {"state": _restore_args(state), "data": _PositionRestore(iterator)}
+        items = {"state": ocp.args.StandardRestore(state), "data": _PositionRestore(iterator)}
         return self._manager.restore(step, args=ocp.args.Composite(**items))["state"], feed
 
     def restore_model(self, step: int, model: GPT) -> None:
         """The model's weights alone: the optimizer state is neither built nor read."""
-        restored = self._manager.restore(step, args=ocp.args.Composite(state=_restore_args({"model": nnx.state(model)})))
+        target = {"model": nnx.state(model)}
+        args = ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+        )
+        restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
         nnx.update(model, restored["state"]["model"])
 
     def close(self, *, failing: bool = False) -> None:
