@@ -28,11 +28,12 @@ demo: venv
 		--batch-size 16 --seq-len 128 --learning-rate 3e-3 --warmup-steps 15 --eval-every 50 --checkpoint-every 50
 	$(PY) -m train sample --workdir $(DEMO_RUN) --prompt "Once upon a time" --max-tokens 120
 
-# The whole suite: fast tests and the end-to-end tests marked `slow` (what CI runs).
+# Every tier: the unit tests, those marked `integration` (a command, a process or training, seconds
+# each) and those marked `slow` (minutes); what CI runs.
 test: venv
 	$(PY) -m pytest -m "slow or not slow"
 
-# The fast tier alone (under 6 minutes on 2 cores).
+# The unit tier alone (under a minute on 2 cores).
 test-fast: venv
 	$(PY) -m pytest
 

@@ -1,7 +1,7 @@
 """What the cleaning stage costs and finds: `prepare` plain, with `--dedup exact` and with
 `--dedup near`, on one corpus with planted exact and near duplicates, in one run.
 
-The corpus (tests/planted.py) holds distinct documents of random made-up words and, after them in
+The corpus (tests/support/planted.py) holds distinct documents of random made-up words and, after them in
 input order, exact copies and near copies (a few words replaced) of random earlier ones. Reported:
 each run's wall time (the whole `python -m pipeline prepare` process, on every core) and its ratio to
 the plain run's, and the precision and recall of `near` against the planted duplicates (exact and
@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))  # the planted corpus the cleaning tests use too
 
-from planted import PlantedCorpus, planted_corpus  # noqa: E402
+from support.planted import PlantedCorpus, planted_corpus  # noqa: E402
 
 BYTES_PER_DOCUMENT = 2300  # measured for 300 words on average; only sizes the corpus
 GOALS = {"exact": 1.15, "near": 2.0}

@@ -1,7 +1,7 @@
 """What the quality filters cost: `prepare` plain, and with datatrove's filters at their default
 rules, on one web-like corpus, in one run.
 
-The corpus (tests/web_text.py) mixes prose with menus, boilerplate, repeated lines, code, bullets,
+The corpus (tests/support/web_text.py) mixes prose with menus, boilerplate, repeated lines, code, bullets,
 very short and long documents. Reported: each run's wall time (the whole `python -m pipeline
 prepare` process, on every core), its ratio to the plain run's, the cleaning job's share and what
 the filters removed. The runs alternate, `--rounds` times, and each configuration's best time is
@@ -25,7 +25,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))  # the web-like text the filter tests use too
 
-from web_text import held_out_documents  # noqa: E402
+from support.web_text import held_out_documents  # noqa: E402
 
 ALL = "gopher-quality,gopher-repetition,c4,fineweb"
 RUNS = {

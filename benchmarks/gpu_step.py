@@ -181,7 +181,7 @@ def our_step(config: GPTConfig, batch_size: int, seq_len: int, rounds: int, per_
 
 def train_loop(args: argparse.Namespace, root: str) -> float:
     """Tokens/s of `python -m train` at its default cadence, from its own metrics after 10 steps."""
-    from synthetic import write_prepared
+    from support.synthetic import write_prepared
 
     rng = np.random.default_rng(0)
     documents = [rng.integers(0, GPT2_VOCAB - 1, int(rng.integers(100, 2000))) for _ in range(3000)]

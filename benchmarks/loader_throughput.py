@@ -27,7 +27,7 @@ from collections.abc import Callable
 import grain
 import numpy as np
 
-from pipeline.load.loader import LoaderConfig, make_iterator
+from pipeline.load import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 # The corpora are written by the tests' `synthetic` module, from token ids.
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here and not at the top: spawned prefetch workers re-import this module, and the
     # writer (the same record layout and shard writer as `prepare`) pulls in Beam.
     from pipeline.dataset.manifest_io import read_manifest, read_records
-    from synthetic import write_prepared
+    from support.synthetic import write_prepared
 
     rows, short = [], []
     with tempfile.TemporaryDirectory() as tmp:

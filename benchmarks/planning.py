@@ -37,7 +37,7 @@ MAX_WORKER_RSS = 2 * 2**30
 _MEASURE = """
 import json, sys, time
 from pipeline.prepare.planning import make_plan
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 def rchar():
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))

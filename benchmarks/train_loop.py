@@ -30,7 +30,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))  # `synthetic`: prepared sources from token ids
 
 from model.config import GPTConfig  # noqa: E402
-from synthetic import write_prepared  # noqa: E402
+from support.synthetic import write_prepared  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.metrics import METRICS_NAME, read_rows  # noqa: E402
 from train.trainer import train  # noqa: E402

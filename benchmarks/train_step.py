@@ -168,7 +168,7 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
 def _mixture(tmp: str, tokens: int) -> tuple:
     """Two synthetic prepared sources (~200- and ~5k-token documents), as a 0.7 / 0.3 mixture."""
     from pipeline.load.data_spec import DataSource
-    from synthetic import write_prepared
+    from support.synthetic import write_prepared
 
     sources = []
     for k, (name, mean, weight) in enumerate((("short", 200, 0.7), ("long", 5000, 0.3))):

@@ -6,6 +6,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from schemas.errors import SettingError
+
 DATA = "data"
 MODEL = "model"
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -30,13 +32,13 @@ class GPTConfig:
         # Sizes first: the divisibility check below divides by num_heads.
         for name in ("vocab_size", "max_seq_len", "num_layers", "num_heads", "width", "mlp_width"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive (got {name}={getattr(self, name)})")
+                raise SettingError(name, getattr(self, name), "must be at least 1")
         if self.width % self.num_heads:
-            raise ValueError(f"width must be divisible by num_heads (got {self.width=}, {self.num_heads=})")
+            raise SettingError("width", self.width, "must be divisible by {num_heads}", num_heads=self.num_heads)
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1) (got {self.dropout=})")
+            raise SettingError("dropout", self.dropout, "must be in [0, 1)")
         if self.dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"dtype must be one of {COMPUTE_DTYPES} (got {self.dtype=})")
+            raise SettingError("dtype", self.dtype, f"must be one of {COMPUTE_DTYPES}")
 
     @property
     def padded_vocab_size(self) -> int:
@@ -70,5 +72,5 @@ PRESETS: dict[str, GPTConfig] = {
 
 def preset(name: str, **overrides) -> GPTConfig:
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
+        raise SettingError("preset", name, f"must be one of {sorted(PRESETS)}")
     return dataclasses.replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})

@@ -14,6 +14,7 @@ from flax import nnx
 
 from model.attention import causal_attention
 from model.config import DATA, MODEL, REMAT_POLICIES, GPTConfig
+from schemas.errors import SettingError
 
 _INIT = nnx.initializers.normal(stddev=0.02)
 # What each `remat` name (model/config.py) saves for the backward pass: the rest is recomputed.
@@ -142,7 +143,7 @@ class GPT(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(t), (b, t))
         x = self.dropout(self.wte(tokens) + self.wpe(positions), deterministic=rngs is None, rngs=rngs)
         if remat not in REMAT_POLICIES:
-            raise ValueError(f"remat must be one of {REMAT_POLICIES} (got {remat=})")
+            raise SettingError("remat", remat, f"must be one of {REMAT_POLICIES}")
         run = Block.__call__ if remat == "none" else nnx.remat(Block.__call__, policy=_SAVED[remat])
         for block in self.blocks:
             x = run(block, x, segment_ids, rngs)

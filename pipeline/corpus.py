@@ -15,8 +15,8 @@ import sys
 from collections.abc import Iterator
 
 from pipeline.cli.commands import HelpFormatter
-from pipeline.cli.flag_errors import flag_message
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
+from schemas.errors import RunError, SettingError
 
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam", "Lucy", "Tim", "Zoe", "Jack")
 ANIMALS = ("cat", "dog", "bird", "bunny", "frog", "duck", "puppy", "kitten", "fox", "bear")
@@ -92,7 +92,7 @@ def story(rng: random.Random) -> str:
 
 def stories(num_stories: int, seed: int) -> Iterator[str]:
     if num_stories < 0:
-        raise ValueError(f"num_stories must be non-negative (got {num_stories=})")
+        raise SettingError("num_stories", num_stories, "must be at least 0")
     rng = random.Random(seed)
     for _ in range(num_stories):
         yield story(rng)
@@ -111,7 +111,7 @@ def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Write the embedded TinyStories-style corpus.",
                                 formatter_class=HelpFormatter)
     p.add_argument("--output", required=True, help="text file to write")
-    p.add_argument("--stories", type=int, default=50_000, help="how many stories")
+    p.add_argument("--stories", dest="num_stories", type=int, default=50_000, help="how many stories")
     p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes on any machine")
     return p
 
@@ -119,12 +119,8 @@ def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "tokshards corpus") -> int:
     args = parser(prog).parse_args(argv)
     try:
-        write_corpus(args.output, args.stories, args.seed)
-    except ValueError as e:
-        print(f"corpus: error: {flag_message(str(e), {'num_stories': '--stories'})}", file=sys.stderr)
-        return 2
+        write_corpus(args.output, args.num_stories, args.seed)
     except OSError as e:
-        print(f"corpus: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.stories} stories to {args.output}", file=sys.stderr)
+        raise RunError(f"cannot write {args.output}: {e.strerror or e}") from None
+    print(f"wrote {args.num_stories} stories to {args.output}", file=sys.stderr)
     return 0

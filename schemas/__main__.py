@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from schemas.manifest import JSON_SCHEMA
+from schemas.manifest_schema import JSON_SCHEMA
 
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.schema.json")
 

@@ -1,26 +1,21 @@
-"""Shared test helpers: small corpora in every format, and running `prepare` in-process."""
+"""Fixtures every test room shares; the helpers behind them live in `support/`."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 
-import numpy as np
 import pytest
 
-# Tests import the project from the checkout, installed or not.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tests import the project from the checkout, installed or not, and their helpers as `support.*`.
+sys.path[:0] = [REPO, os.path.dirname(os.path.abspath(__file__))]
 
-from pipeline.dataset.manifest_io import read_manifest, read_records  # noqa: E402
-from pipeline.prepare import launcher  # noqa: E402
-from schemas import formats  # noqa: E402
-from schemas.manifest import Manifest  # noqa: E402
+from support.runs import run_prepare  # noqa: E402
+
+# Fixtures of the hub stand-in, the clean worker environment and the two-source mixture.
+pytest_plugins = ("support.hub_standin", "support.worker_venv", "support.batches")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def index_cache(tmp_path_factory) -> str:
@@ -29,112 +24,6 @@ def index_cache(tmp_path_factory) -> str:
 
     path = str(tmp_path_factory.mktemp("lengths"))
     os.environ[CACHE_ENV] = path
-    return path
-
-
-# Fixtures shared by several modules: the hub stand-in, the clean worker environment.
-pytest_plugins = ("hub_standin", "worker_venv")
-
-# One worker in-process: fast to start. Determinism tests compare it with multi-process runs.
-IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
-
-
-def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
-    argv = [a for path in inputs for a in ("--input", path)] + ["--output", output, *extra]
-    if not any(a.startswith("--direct_") for a in extra):
-        argv += IN_PROCESS
-    return launcher.run(argv)
-
-
-def read_split(output: str, split: str = "train") -> list[np.ndarray]:
-    """Every record of a split, in manifest order."""
-    return read_records(output, read_manifest(output), split)
-
-
-def decoded_documents(output: str, encoding, split: str = "train") -> list[str]:
-    """Documents decoded back from a split's records, in stored order."""
-    records = read_split(output, split)
-    if not records:
-        return []
-    tokens = np.concatenate(records)
-    eot = encoding.eot_token
-    ends = np.flatnonzero(tokens == eot)
-    assert len(ends) and ends[-1] == len(tokens) - 1, "every split must end with an end-of-text token"
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    return [encoding.decode(tokens[a:b].tolist()) for a, b in zip(starts, ends)]
-
-
-def tree_bytes(root: str) -> dict[str, bytes]:
-    """Relative path -> content for every file, to compare two output directories exactly."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = open(path, "rb").read()
-    return out
-
-
-def files_in_place(directory: str) -> int:
-    """Files written whole in `directory`, not the dot-named temporaries of ones being written."""
-    return len([n for n in os.listdir(directory) if not n.startswith(".")]) if os.path.isdir(directory) else 0
-
-
-def kill_prepare_part_way(args: list[str], *, done: Callable[[], int], at_least: int, timeout: float = 120,
-                          poll: float = 0.005, env: dict[str, str] | None = None) -> None:
-    """Starts `python -m pipeline prepare ARGS` in a process group of its own and SIGKILLs the whole
-    group (the launcher and its workers) once `done()` counts `at_least`, or after `timeout`."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "prepare", *args], cwd=repo, env=env,
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and done() < at_least:
-        time.sleep(poll)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def run_outputs(root: str) -> dict[str, bytes]:
-    """`tree_bytes` but run_info.json, which alone may differ between equal runs."""
-    files = tree_bytes(root)
-    files.pop(formats.RUN_INFO_NAME)
-    return files
-
-
-def sample_documents(n: int, seed: int = 0) -> list[str]:
-    rng = np.random.default_rng(seed)
-    words = ["the", "cat", "sat", "on", "a", "mat", "Ünïcödé", "日本語", "emoji 🙂", "tab\there", "<|endoftext|>"]
-    docs = []
-    for _ in range(n):
-        k = int(rng.integers(2, 60))
-        docs.append(" ".join(words[i] for i in rng.integers(0, len(words), k)))
-    return docs
-
-
-def write_text(path: str, docs: list[str], separator: str = "<|endoftext|>") -> str:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        for d in docs:
-            f.write(f"{d}\n{separator}\n")
-    return path
-
-
-def write_jsonl(path: str, docs: list[str], field: str = "text") -> str:
-    lines = "".join(json.dumps({field: d, "id": i}) + "\n" for i, d in enumerate(docs)).encode()
-    if path.endswith(".gz"):
-        lines = gzip.compress(lines, mtime=0)
-    elif path.endswith(".zst"):
-        import zstandard
-
-        lines = zstandard.ZstdCompressor().compress(lines)
-    with open(path, "wb") as f:
-        f.write(lines)
-    return path
-
-
-def write_parquet(path: str, docs: list[str], row_group_size: int = 50) -> str:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table({"text": docs, "id": list(range(len(docs)))}), path, row_group_size=row_group_size)
     return path
 
 

@@ -19,4 +19,6 @@ if __name__ == "__main__":
     interrupts.install(deferred=True)
     from pipeline.cli import commands as cli
 
+    if sys.argv[1:2] == ["sample"]:
+        cli.exit_now(cli.run_command("sample", sys.argv[2:], "python -m train sample"))
     cli.exit_now(cli.run_command("train", sys.argv[1:], "python -m train"))

@@ -26,6 +26,7 @@ from etils import epath
 from flax import nnx
 
 from model.gpt import GPT
+from train.errors import TrainError
 from train.stopping import CheckpointError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -45,26 +46,39 @@ class _OrbaxBackground(logging.Filter):
         return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
-@contextlib.contextmanager
-def _quiet_failures() -> Iterator[None]:
-    """While checkpoints are written: Orbax's logged errors are left to the loop's one line, and so
-    are the writes that TensorStore finishes after a failed save's event loop closed (each one an
-    unraisable `RuntimeError: Event loop is closed`)."""
-    absl = logging.getLogger("absl")
-    quiet = _OrbaxBackground()
-    absl.addFilter(quiet)
-    hook = sys.unraisablehook
+def _without_closed_loop_writes(hook):
+    """`hook` (an unraisable hook) but for the writes that TensorStore finishes after a failed save's
+    event loop closed: each one an unraisable `RuntimeError: Event loop is closed`."""
 
     def unraisable(unraisable) -> None:
         if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
             hook(unraisable)
 
-    sys.unraisablehook = unraisable
+    unraisable.without_closed_loop_writes = True
+    return unraisable
+
+
+@contextlib.contextmanager
+def _quiet_failures() -> Iterator[None]:
+    """While checkpoints are written: Orbax's logged errors are left to the loop's one line, and so
+    are the writes that TensorStore finishes after a failed save's event loop closed."""
+    absl = logging.getLogger("absl")
+    quiet = _OrbaxBackground()
+    absl.addFilter(quiet)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _without_closed_loop_writes(hook)
     try:
         yield
     finally:
         sys.unraisablehook = hook
         absl.removeFilter(quiet)
+
+
+def _quiet_failed_writes_from_now_on() -> None:
+    """Once a save failed, for the rest of the process: TensorStore finishes its writes whenever they
+    return, after the checkpointer is closed too (as the run prints its error line and exits)."""
+    if not getattr(sys.unraisablehook, "without_closed_loop_writes", False):
+        sys.unraisablehook = _without_closed_loop_writes(sys.unraisablehook)
 
 
 class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
@@ -82,7 +96,7 @@ class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
             return super().restore(directory, item=item)
         saved = sorted(directory.glob("process_0-of-*.json"))
         if not saved:
-            raise ValueError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+            raise TrainError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
         item.set_state(json.loads(saved[0].read_text()))
         return item
 
@@ -123,6 +137,7 @@ class Checkpointer:
         self.background = in_background() if background is None else background
         self.saved: int | None = None  # the latest step saved (its write finished or in flight)
         self._unchecked: int | None = None  # a step whose background write is not known to have succeeded
+        self._failed = False  # a save failed: its writes may still return once the checkpointer is closed
         self._quiet = contextlib.ExitStack()
         self._quiet.enter_context(_quiet_failures())
         # The loop says when to save: Orbax's own policy would also save the first step of every start.
@@ -166,6 +181,7 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 (whatever the store raised: OSError, TensorStore's ValueError)
             if step is None:
                 raise
+            self._failed = True
             raise CheckpointError(step, self.directory, e) from None
 
     def due(self, step: int, *, last: int) -> bool:
@@ -186,6 +202,7 @@ class Checkpointer:
         try:
             self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         except Exception as e:  # noqa: BLE001 (the step's directory could not be made, or the copy failed)
+            self._failed = True
             raise CheckpointError(step, self.directory, e) from None
         self.saved = self._unchecked = step
         if not self.background:
@@ -201,7 +218,7 @@ class Checkpointer:
         feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
-                raise ValueError(
+                raise TrainError(
                     f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
                     f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
                 )
@@ -233,5 +250,7 @@ class Checkpointer:
                     raise
         finally:
             self._quiet.close()
+            if self._failed:
+                _quiet_failed_writes_from_now_on()
         if error is not None and not failing:
             raise error

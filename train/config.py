@@ -7,99 +7,98 @@ import json
 import math
 import os
 
-from model.config import REMAT_POLICIES, GPTConfig
+from model.config import PRESETS, REMAT_POLICIES, GPTConfig
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from pipeline.load.loader import open_sources
+from pipeline.load import PACKINGS, open_sources
+from schemas.errors import SettingError
+from schemas.settings import check, setting
+from train.errors import TrainError, TrainUsageError
 
 CONFIG_NAME = "config.json"
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """`data`: the sources to train on (`parse_data_spec`; a spec string is parsed here)."""
+    """`data`: the sources to train on (`parse_data_spec`; a spec string is parsed here).
 
-    data: tuple[DataSource, ...]
-    workdir: str
-    model: GPTConfig
-    preset: str = "tiny"
-    steps: int = 1000
-    batch_size: int = 32
-    seq_len: int = 256
-    seed: int = 0
-    packing: str = "concat"
-    mesh: tuple[tuple[str, int], ...] = ()
-    learning_rate: float = 1e-3
-    min_learning_rate: float = 1e-4
-    warmup_steps: int = 100
-    decay_steps: int | None = None
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    beta2: float = 0.95
-    checkpoint_every: int = 200
-    keep_checkpoints: int = 3
-    eval_every: int = 200
-    eval_batches: int = 8
-    log_every: int = 1
-    loader_workers: int = 0
-    # How the step computes, not what: free to change on resume.
-    gradient_accumulation_steps: int = 1  # micro-batches per step: the batch is split, their gradients summed
-    remat: str = "none"  # recompute each block's activations in the backward pass: "none", "full" or "dots"
+    Each setting with a flag is declared here (schemas/settings.py): `tokshards train`'s options and
+    config-file keys derive from it. Its field names are config.json's keys: saved runs read back.
+    """
+
+    data: tuple[DataSource, ...] = setting(
+        help="a prepared directory (tokshards prepare), or a mixture: NAME=WEIGHT:PATH,... or a .json file",
+        parse=str, unset="the saved run's; required for a new run")
+    workdir: str  # where the run lives: a launch option of `tokshards train`
+    model: GPTConfig  # the preset's, with the model flags (train/settings.py) over it
+    preset: str = setting("tiny", "model size", choices=tuple(sorted(PRESETS)))
+    steps: int = setting(1000, "total steps to reach; a resumed run continues to it", minimum=1)
+    batch_size: int = setting(32, "global batch size, over all processes", minimum=1)
+    seq_len: int = setting(256, "tokens per sequence", unset="the preset's max_seq_len", minimum=1)
+    seed: int = setting(0, "model initialization and data order")
+    packing: str = setting(
+        "concat", "concat: documents run on across sequences; document: each sequence starts one", choices=PACKINGS)
+    mesh: tuple[tuple[str, int], ...] = setting((), "e.g. data=4,model=2", parse=str, unset="all devices on data")
+    learning_rate: float = setting(1e-3, "peak learning rate")
+    min_learning_rate: float = setting(1e-4, "where the cosine decay ends", minimum=0)
+    warmup_steps: int = setting(100, "linear warmup", unset="--steps / 10, at most {default}", minimum=0)
+    decay_steps: int | None = setting(None, "the schedule's horizon", unset="--steps; on resume, the saved run's")
+    weight_decay: float = setting(0.1, "AdamW's decoupled weight decay, on matrices only", minimum=0)
+    grad_clip: float = setting(1.0, "the largest global gradient norm, clipped above")
+    beta2: float = setting(0.95, "AdamW's second-moment decay; beta1 is 0.9", minimum=0, below=1)
+    checkpoint_every: int = setting(200, "steps between checkpoints", minimum=1)
+    keep_checkpoints: int = setting(3, "checkpoints kept", minimum=1)
+    eval_every: int = setting(200, "steps between evaluations", minimum=1)
+    eval_batches: int = setting(8, "validation batches per eval, 0 for none", minimum=0)
+    log_every: int = setting(1, "steps between progress lines", minimum=1)
+    loader_workers: int = setting(0, "prefetch processes of the loader", minimum=0)
+    # How the step computes, not what: free to change on resume (train/settings.py).
+    gradient_accumulation_steps: int = setting(
+        1, "micro-batches per step: the batch is split, their gradients summed", minimum=1)
+    remat: str = setting(
+        "none", "recompute each block's activations in the backward pass: full (keep its input), dots (also "
+        "its matmuls' outputs); --remat alone is full", choices=REMAT_POLICIES, bare="full")
     # What the run records besides metrics.jsonl.
-    tensorboard: bool = True  # TensorBoard event files of every metrics row in WORKDIR/tensorboard
-    profile_steps: int = 0  # steps traced by jax.profiler into WORKDIR/tensorboard/plugins/profile; 0: none
-    profile_skip_steps: int = 1  # steps of each (re)start before the trace begins (the first one compiles)
+    tensorboard: bool = setting(True, "TensorBoard event files of every metrics row in WORKDIR/tensorboard")
+    # For one start alone: a resume that does not give them takes these defaults, not the saved run's.
+    profile_steps: int = setting(
+        0, "trace this many steps with jax.profiler into WORKDIR/tensorboard", unset="none", minimum=0)
+    profile_skip_steps: int = setting(
+        1, "steps run before the trace begins, at each start", unset="{default}, the step that compiles", minimum=0)
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):
             object.__setattr__(self, "data", parse_data_spec(self.data))
-        for name in ("steps", "batch_size", "seq_len", "checkpoint_every", "keep_checkpoints", "eval_every", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        check(self)
         if self.seq_len > self.model.max_seq_len:
-            raise ValueError(
-                f"seq_len {self.seq_len} exceeds the model's max_seq_len {self.model.max_seq_len}; "
-                "lower --seq-len or choose a larger preset"
+            raise SettingError(
+                "seq_len", self.seq_len,
+                f"must be at most the model's max_seq_len, {self.model.max_seq_len}; a larger {{preset}} has more",
+                preset=self.preset,
             )
         self._check_optimizer()
-        self._check_computation()
-        if self.eval_batches < 0:
-            raise ValueError(f"eval_batches must be non-negative, 0 to turn evaluation off (got {self.eval_batches=})")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be non-negative (got {self.warmup_steps=})")
-        if self.decay_horizon <= self.warmup_steps:
-            raise ValueError(
-                f"the decay horizon must exceed warmup_steps (got {self.decay_horizon=}, {self.warmup_steps=})"
+        if self.batch_size % self.gradient_accumulation_steps:
+            raise SettingError(
+                "gradient_accumulation_steps", self.gradient_accumulation_steps, "must divide {batch_size}",
+                batch_size=self.batch_size,
             )
+        horizon = "steps" if self.decay_steps is None else "decay_steps"
+        if self.decay_horizon <= self.warmup_steps:
+            raise SettingError(horizon, self.decay_horizon, "must exceed {warmup_steps}", warmup_steps=self.warmup_steps)
 
     def _check_optimizer(self) -> None:
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be positive (got learning_rate={self.learning_rate})")
-        if not 0 <= self.min_learning_rate <= self.learning_rate:
-            raise ValueError(
-                f"min_learning_rate must be in [0, learning_rate] (got min_learning_rate={self.min_learning_rate}, "
-                f"learning_rate={self.learning_rate})"
+        """What the declared limits do not say: finite rates, and bounds that are open or that
+        another setting sets."""
+        for name in ("learning_rate", "min_learning_rate", "weight_decay", "grad_clip", "beta2"):
+            if not math.isfinite(getattr(self, name)):
+                raise SettingError(name, getattr(self, name), "must be finite")
+        for name in ("learning_rate", "grad_clip"):
+            if getattr(self, name) <= 0:
+                raise SettingError(name, getattr(self, name), "must be positive")
+        if self.min_learning_rate > self.learning_rate:
+            raise SettingError(
+                "min_learning_rate", self.min_learning_rate, "must be in [0, {learning_rate}]",
+                learning_rate=self.learning_rate,
             )
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be non-negative (got weight_decay={self.weight_decay})")
-        if not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
-            raise ValueError(f"grad_clip must be positive (got grad_clip={self.grad_clip})")
-        if not 0 <= self.beta2 < 1:
-            raise ValueError(f"beta2 must be in [0, 1) (got beta2={self.beta2})")
-
-    def _check_computation(self) -> None:
-        if self.loader_workers < 0:
-            raise ValueError(f"loader_workers must be non-negative (got loader_workers={self.loader_workers})")
-        accumulation = self.gradient_accumulation_steps
-        if accumulation < 1 or self.batch_size % accumulation:
-            raise ValueError(
-                "gradient_accumulation_steps must be at least 1 and divide batch_size "
-                f"(got gradient_accumulation_steps={accumulation}, batch_size={self.batch_size})"
-            )
-        if self.remat not in REMAT_POLICIES:
-            raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)} (got remat={self.remat})")
-        for name in ("profile_steps", "profile_skip_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative (got {name}={getattr(self, name)})")
 
     @property
     def source_names(self) -> tuple[str, ...]:
@@ -146,7 +145,7 @@ def load_saved(workdir: str) -> TrainConfig | None:
     try:
         return TrainConfig.from_json(text)
     except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
+        raise TrainError(f"{path} is not a config this trainer can read ({e!r}); use another --workdir") from None
 
 
 def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
@@ -158,12 +157,12 @@ def check_resume(saved: TrainConfig, config: TrainConfig) -> None:
     """
     changed = [k for k in _MUST_MATCH if getattr(saved, k) != getattr(config, k)]
     if changed:
-        raise ValueError(
+        raise TrainUsageError(
             f"{config.workdir} holds a run with different {', '.join(changed)}; "
             "use the same settings to resume, or another --workdir"
         )
     if config.decay_steps is None and config.decay_horizon != saved.decay_horizon:
-        raise ValueError(
+        raise TrainUsageError(
             f"steps={config.steps} without decay_steps would move the schedule's horizon from step "
             f"{saved.decay_horizon}; set decay_steps={saved.decay_horizon} to keep it, or another to move it"
         )

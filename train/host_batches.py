@@ -14,6 +14,7 @@ import hashlib
 
 import numpy as np
 
+from train.errors import TrainError
 from train.mesh import HostShards
 
 _DIGEST_WORDS = 4  # SHA-256 as int64 words
@@ -26,7 +27,7 @@ def check_shards_agree(groups: list[int], digests: list[bytes], *, step: int) ->
     for process, (group, digest) in enumerate(zip(groups, digests)):
         other, seen = first.setdefault(group, (process, digest))
         if seen != digest:
-            raise ValueError(
+            raise TrainError(
                 f"processes {other} and {process} feed the same rows of the global batch (data-axis positions "
                 f"from {group}) but read "
                 f"different batches by step {step}; start every process with the same --data, --seed, "

@@ -11,6 +11,8 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from model.config import DATA, MODEL
+from schemas.errors import SettingError
+from train.errors import TrainUsageError
 
 
 def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
@@ -21,7 +23,7 @@ def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
     for part in text.split(","):
         name, _, size = part.partition("=")
         if name.strip() not in (DATA, MODEL) or not size.strip().isdigit():
-            raise ValueError(f"bad mesh {text!r}; expected e.g. 'data=4,model=2'")
+            raise SettingError("mesh", text, "must be AXIS=SIZE pairs of the axes data and model, e.g. 'data=4,model=2'")
         axes.append((name.strip(), int(size)))
     return tuple(axes)
 
@@ -33,7 +35,7 @@ def make_mesh(axes: tuple[tuple[str, int], ...] = ()) -> jax.sharding.Mesh:
     model = sizes.get(MODEL, 1)
     data = sizes.get(DATA, devices // model)
     if data * model != devices:
-        raise ValueError(f"mesh data={data}, model={model} needs {data * model} devices; there are {devices}")
+        raise SettingError("mesh", f"data={data},model={model}", f"needs {data * model} devices, and there are {devices}")
     return jax.make_mesh((data, model), (DATA, MODEL), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
@@ -62,7 +64,7 @@ class HostShards:
         aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the batch."""
         first, size = self.indices[0], len(self.indices)
         if self.indices != tuple(range(first, first + size)) or first % size or self.count % size:
-            raise ValueError(
+            raise TrainUsageError(
                 f"this process feeds data-axis positions {self.indices} of {self.count}, not one aligned run; "
                 "choose --mesh sizes that give each process whole rows of the mesh"
             )
@@ -82,7 +84,7 @@ def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[
     found = {process: tuple(sorted(p)) for process, p in sorted(positions.items())}
     groups = set(found.values())
     if sum(len(g) for g in groups) != len(set().union(*groups)):
-        raise ValueError(
+        raise TrainUsageError(
             f"processes share only some of their data-axis positions ({found}); choose --mesh sizes "
             "that give each process whole rows of the mesh"
         )

@@ -13,9 +13,13 @@ from typing import TypeVar
 import numpy as np
 from jax.experimental import multihost_utils
 
+from train.errors import TrainError, TrainUsageError
+
 T = TypeVar("T")
 # Errors travel as fixed-size byte buffers (every process must send the same shape).
 _MESSAGE_BYTES = 4096
+# An error of another process is raised here as the trainer's error of its status.
+_KINDS = {kind.exit_status: kind for kind in (TrainUsageError, TrainError)}
 
 
 def gather_int64(values: np.ndarray | list[int]) -> np.ndarray:
@@ -38,18 +42,24 @@ def _decode(row: np.ndarray) -> str:
 
 
 def agreed(fn: Callable[[], T]) -> T:
-    """`fn()` on every process; if it raises a ValueError on any, all raise the first one's error.
+    """`fn()` on every process; if it raises a ValueError on any, all raise the first one's error:
+    that process its own, the others one of the same kind (a usage or a run error, or a bug) and
+    message.
 
     Every process must call it at the same point (it is a collective).
     """
     try:
-        result, message = fn(), ""
+        result, error, message = fn(), None, ""
     except ValueError as e:
-        result, message = None, str(e) or type(e).__name__
+        result, error = None, e
+        message = f"{getattr(e, 'exit_status', 0)} {str(e) or type(e).__name__}"
     errors = [text for text in map(_decode, gather_int64(_encode(message))) if text]
-    if errors:
-        raise ValueError(errors[0])
-    return result
+    if not errors:
+        return result
+    if error is not None and errors[0] == message:
+        raise error
+    status, _, text = errors[0].partition(" ")
+    raise _KINDS.get(int(status), ValueError)(text)
 
 
 def check_same_everywhere(text: str, what: str) -> None:
@@ -57,6 +67,6 @@ def check_same_everywhere(text: str, what: str) -> None:
     digests = gather_int64(np.frombuffer(hashlib.sha256(text.encode()).digest(), dtype="<i8"))
     differing = [i for i, row in enumerate(digests) if not np.array_equal(row, digests[0])]
     if differing:
-        raise ValueError(
+        raise TrainUsageError(
             f"processes 0 and {differing[0]} were started with different {what}; give every process the same flags"
         )

@@ -18,6 +18,7 @@ from pipeline.tokenization import Tokenizer, load_tokenizer
 from pipeline.tokenization.dataset_copy import copy_spec
 from pipeline.tokenization.boundaries import NO_BOS
 from schemas.manifest import Manifest, TokenizerInfo
+from train.errors import TrainError
 
 TOKENIZER_NAME = "tokenizer.json"
 COPY_DIR = "tokenizer"
@@ -54,7 +55,7 @@ class RunTokenizer:
                                    bos_token=self.bos_token, eos_token=self.eos_token)
         found = tokenizer.info.vocab_sha256
         if found != self.info.vocab_sha256:
-            raise ValueError(
+            raise TrainError(
                 f"tokenizer {self.load_as!r} now has identity {found[:12]}, not the run's "
                 f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the tokenizer the run was trained with"
             )
@@ -74,7 +75,7 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     """Refuses data whose tokens mean something else than the saved run's."""
     saved = read_run_tokenizer(workdir)
     if saved is not None and not saved.same_ids(tokenizer):
-        raise ValueError(
+        raise TrainError(
             f"the data's tokenizer ({tokenizer.info.name}, identity {tokenizer.info.vocab_sha256[:12]}) is not "
             f"the run's ({saved.info.name}, identity {saved.info.vocab_sha256[:12]}) in {workdir}; "
             "train on data prepared with the run's tokenizer, or use another --workdir"
@@ -114,5 +115,5 @@ def load_run_tokenizer(workdir: str) -> tuple[Tokenizer, TokenizerInfo]:
     """The run's tokenizer, checked against the saved identity."""
     saved = read_run_tokenizer(workdir)
     if saved is None:
-        raise ValueError(f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)")
+        raise TrainError(f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)")
     return saved.load(workdir), saved.info

@@ -8,8 +8,10 @@ import numpy as np
 from flax import nnx
 
 from model.gpt import GPT
+from schemas.errors import SettingError
 from train.checkpointing import Checkpointer
 from train.config import CONFIG_NAME, load_saved
+from train.errors import TrainError
 from train.mesh import make_mesh
 from train.run_tokenizer import load_run_tokenizer
 from train.trainer import build_model
@@ -58,20 +60,22 @@ def sample(
     """Needs the workdir alone: its config, its tokenizer record and the model's weights."""
     config = load_saved(workdir)
     if config is None:
-        raise ValueError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
+        raise TrainError(f"{workdir} holds no training run ({CONFIG_NAME} is missing)")
     tokenizer, info = load_run_tokenizer(workdir)
+    # A document starts with the BOS where the data's rule puts one.
+    start = ([] if info.bos_id is None else [info.bos_id]) + tokenizer.encode_ordinary(prompt)
+    if not start:
+        raise SettingError("prompt", prompt, "must hold at least one token")
     checkpointer = Checkpointer(workdir, every=1, keep=config.keep_checkpoints)
     step = checkpointer.latest_step()
     if step is None:
-        raise ValueError(f"{workdir} has no checkpoint yet")
+        raise TrainError(f"{workdir} has no checkpoint yet")
     mesh = make_mesh(())
     model = build_model(config, mesh)
     with jax.set_mesh(mesh):
         checkpointer.restore_model(step, model)
-        # A document starts with the BOS where the data's rule puts one.
-        bos = [] if info.bos_id is None else [info.bos_id]
         ids = generate(
-            model, bos + tokenizer.encode_ordinary(prompt), max_tokens=max_tokens, key=jax.random.key(seed),
+            model, start, max_tokens=max_tokens, key=jax.random.key(seed),
             temperature=temperature, top_k=top_k, vocab_size=info.n_vocab, stop_token=info.eot_id,
             context=config.seq_len,
         )

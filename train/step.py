@@ -12,6 +12,7 @@ from flax import nnx
 
 from model.config import DATA
 from model.gpt import GPT
+from schemas.errors import SettingError
 from train.config import TrainConfig
 
 
@@ -86,9 +87,8 @@ def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Arra
     def split(x: jax.Array) -> jax.Array:
         rows, rest = x.shape[0], x.shape[1:]
         if rows % (shards * count):
-            raise ValueError(
-                f"gradient_accumulation_steps must divide each data shard's rows (got gradient_accumulation_steps="
-                f"{count}, {rows // shards} rows per shard)"
+            raise SettingError(
+                "gradient_accumulation_steps", count, f"must divide each data shard's {rows // shards} rows"
             )
         y = x.reshape(shards, count, rows // (shards * count), *rest).swapaxes(0, 1).reshape(count, rows // count, *rest)
         return y if mesh.empty else jax.lax.with_sharding_constraint(y, jax.sharding.PartitionSpec(None, DATA))

@@ -15,6 +15,7 @@ import signal
 import threading
 
 from pipeline.cli import interrupts
+from schemas.errors import RunError, UserError
 
 # The exit status of a run stopped by SIGTERM: 128 + 15, as a shell reports a process it ended.
 PREEMPTED_STATUS = 128 + signal.SIGTERM
@@ -22,7 +23,7 @@ PREEMPTED_STATUS = 128 + signal.SIGTERM
 _notice = threading.Event()
 
 
-class Diverged(RuntimeError):
+class Diverged(RunError):
     """A step's loss or gradient norm was not finite: the run stops there; the checkpoints it
     wrote before hold the last good state."""
 
@@ -35,7 +36,7 @@ class Diverged(RuntimeError):
         )
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunError):
     """A checkpoint could not be written: the run stops; the checkpoints before it are whole."""
 
     def __init__(self, step: int | None, directory: str, error: BaseException):
@@ -52,8 +53,12 @@ def _reason(error: BaseException) -> str:
     return found.group(1) if found else str(error).splitlines()[0]
 
 
-class Preempted(Exception):
-    """SIGTERM stopped the run; `saved` is the step of the checkpoint written on the way out."""
+class Preempted(UserError):
+    """SIGTERM stopped the run; `saved` is the step of the checkpoint written on the way out. No
+    failure: the runner tells it as `train: stopped by SIGTERM: ...`, with status 143."""
+
+    exit_status = PREEMPTED_STATUS
+    failure = False
 
     def __init__(self, *, saved: int | None, latest: int | None):
         if saved:

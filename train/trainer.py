@@ -22,6 +22,7 @@ from pipeline.load import (
     open_sources,
 )
 from schemas.manifest import Manifest
+from schemas.errors import SettingError
 from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
 from train.host_batches import FedBatches
@@ -126,9 +127,9 @@ def _open(config: TrainConfig) -> _Opened:
     manifests = open_sources(config.data)
     tokenizer = RunTokenizer.of(manifests[0], config.data[0].path)
     if tokenizer.info.n_vocab > config.model.vocab_size:
-        raise ValueError(
-            f"the data's vocabulary ({tokenizer.info.n_vocab}) is larger than the model's ({config.model.vocab_size}); "
-            "drop --vocab-size (the data's is the default) or give at least the data's"
+        raise SettingError(
+            "vocab_size", config.model.vocab_size,
+            f"must hold the data's vocabulary of {tokenizer.info.n_vocab} ids; leave it out to take the data's",
         )
     saved = load_saved(config.workdir)
     if saved is not None:
@@ -137,10 +138,11 @@ def _open(config: TrainConfig) -> _Opened:
     mesh = make_mesh(config.mesh)
     shard_rows = config.batch_size // mesh.shape[DATA]
     if shard_rows % config.gradient_accumulation_steps:
-        raise ValueError(
-            f"gradient_accumulation_steps must divide the {shard_rows} rows of each data shard (batch_size "
-            f"{config.batch_size} over a data axis of {mesh.shape[DATA]}) (got gradient_accumulation_steps="
-            f"{config.gradient_accumulation_steps})"
+        raise SettingError(
+            "gradient_accumulation_steps", config.gradient_accumulation_steps,
+            f"must divide the {shard_rows} rows of each data shard ({{batch_size}} over a data axis of "
+            f"{mesh.shape[DATA]})",
+            batch_size=config.batch_size,
         )
     shards = host_shards(mesh)
     # Validation data is opened now, so a split that cannot work fails here, not at the first eval.

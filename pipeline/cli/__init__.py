@@ -1,1 +1,2 @@
-"""Command plumbing that `pipeline` and `train` share: the `tokshards` command, config files, interrupts, log cadence."""
+"""Command plumbing that `pipeline` and `train` share: the `tokshards` command, options from declared
+settings, config files, interrupts, log cadence."""

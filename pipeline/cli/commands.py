@@ -2,8 +2,14 @@
 
 `python -m pipeline` and `python -m train` run the same commands through `run_command`. A command's
 module is imported only when it runs, so `tokshards prepare` needs only the base install and the
-train commands load JAX only for themselves. Expected failures print one line and exit non-zero;
-tracebacks are kept for real bugs.
+train commands load JAX only for themselves.
+
+An expected failure is a `UserError` (schemas/errors.py), caught here alone: one line, `NAME:
+error: MESSAGE`, and its status, 2 for a usage error and 1 for a run that failed; a setting's error
+names the setting by the flag the command takes it from. A stop that is no failure (a training run
+preempted by SIGTERM, 143) says so in its own line, without `error:`. Ctrl-C ends a command with
+130, and is held back while extension modules load (`interrupts.deferred`). Any other exception is
+a bug, and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable
 from importlib import metadata
 
 from pipeline.cli import interrupts
+from schemas.errors import INTERRUPTED_STATUS, SettingError, UserError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -90,7 +97,8 @@ def main(argv: list[str] | None = None, prog: str = "tokshards") -> int:
 
 
 def run_command(name: str, argv: list[str], prog: str) -> int:
-    """Runs one command; a Ctrl-C at any moment ends it with one line and status 130."""
+    """Runs one command: its status, or an expected failure's in one line; a Ctrl-C at any moment
+    ends it with one line and status 130."""
     interrupts.install()
     try:
         with interrupts.deferred():
@@ -99,6 +107,12 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
             command = COMMANDS[name].function(COMMANDS[name].main)
         status = command(argv, prog)
         interrupts.settle()
+    except UserError as e:
+        interrupts.settle()
+        if interrupts.received():  # the failure of an interrupted run: the interrupt is what happened
+            return _interrupted(name)
+        _tell(name, prog, e)
+        return e.exit_status
     except ModuleNotFoundError as e:
         extra = COMMANDS[name].extra
         if extra is None or (e.name or "").partition(".")[0] in _OWN_PACKAGES:
@@ -111,6 +125,28 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
         return _interrupted(name)
     # An interrupt that a finalizer swallowed still ends the run as interrupted.
     return _interrupted(name) if interrupts.received() else status
+
+
+def _tell(name: str, prog: str, error: UserError) -> None:
+    """`NAME: error: MESSAGE` on one line (`NAME: MESSAGE` for a stop that is no failure), after the
+    error's details where it carries them."""
+    if error.details:
+        print(error.details, file=sys.stderr)
+    message = str(error)
+    if isinstance(error, SettingError):
+        command = COMMANDS[name]
+        message = error.told(flags_of(command.function(command.parser)(prog)))
+    print(f"{name}: {'error: ' if error.failure else ''}{message}", file=sys.stderr)
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's setting (its destination) -> its long flag; a switch's positive form."""
+    return {
+        action.dest: max(action.option_strings[:1] if isinstance(action, argparse.BooleanOptionalAction)
+                         else action.option_strings, key=len)
+        for action in parser._actions
+        if action.option_strings and action.dest != "help"
+    }
 
 
 def _import_beam_quietly() -> None:
@@ -132,7 +168,7 @@ def _interrupted(name: str) -> int:
         print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
     else:
         print(f"{start}{name}: interrupted", file=sys.stderr)
-    return 130
+    return INTERRUPTED_STATUS
 
 
 def exit_now(status: int) -> None:

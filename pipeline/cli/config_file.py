@@ -1,9 +1,10 @@
 """`--config FILE`: a command's flags read from a TOML file, the command line overriding them.
 
-A key is a flag's destination (`--unit-bytes` is `unit_bytes`) and takes what the flag takes: the
-same text or a TOML number, `true`/`false` for a switch, a list for a repeatable flag. The file's
-values go through the flag's own parsing (types, choices), so a run from a file and a run from the
-same flags resolve to the same settings, and save the same config.
+A key is a flag's name, with dashes or underscores (`--unit-bytes` is `unit-bytes` or
+`unit_bytes`, `--layers` is `layers`), and takes what the flag takes: the same text or a TOML
+number, `true`/`false` for a switch, a list for a repeatable flag. The file's values go through the
+flag's own parsing (types, choices), so a run from a file and a run from the same flags resolve to
+the same settings, and save the same config.
 
 TOML, read by the standard library's `tomllib`: nothing to install on any machine, and its values
 are typed as written; YAML 1.1 (PyYAML) reads `1e-3` as a string and `no` or `off` as false.
@@ -17,20 +18,23 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
+from schemas.errors import UsageError
+from schemas.settings import setting
+
 # The option's destination; no key of a file.
 CONFIG = "config"
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(UsageError, ValueError):
     """A config file that cannot be read, or a key or value of it that its command refuses."""
 
 
-def add_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config", dest=CONFIG, metavar="FILE.toml",
-        help="read the settings from a TOML file: keys are the flags' names with underscores "
-        "(unit_bytes = 1048576); flags given here override it (default: none)",
-    )
+def option(example: str) -> Any:
+    """The `--config` option of a command's launch options; `example` is a line of such a file."""
+    return setting(
+        None, f"read the settings from a TOML file: keys are the flags' names, with dashes or underscores "
+        f"({example}); flags given here override it", metavar="FILE.toml", unset="none",
+        launch="names where the settings were read; what it gives is saved as the flags would save it")
 
 
 def parse(
@@ -59,7 +63,8 @@ def parse(
 
 
 def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """The settings of a config file, by destination, each parsed by its flag."""
+    """The settings of a config file, by destination, each parsed by its flag; keys are the flags'
+    names, with dashes or underscores."""
     try:
         with open(path, "rb") as f:
             table = tomllib.load(f)
@@ -67,15 +72,19 @@ def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
         raise ConfigFileError(f"{path}: cannot read the config file ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigFileError(f"{path}: not TOML: {e}") from None
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in (CONFIG, "help")}
+    actions = {
+        a.option_strings[0].removeprefix("--"): a for a in parser._actions if a.option_strings and a.dest not in (CONFIG, "help")
+    }
     values = {}
     for key, value in table.items():
-        if key not in actions:
-            close = difflib.get_close_matches(key, actions, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; the keys are: {', '.join(sorted(actions))}"
+        name = key.replace("_", "-")
+        if name not in actions:
+            close = difflib.get_close_matches(name, actions, n=1)
+            spelled = [c.replace("-", "_") if "_" in key else c for c in close]  # as the file spells its keys
+            hint = f" (did you mean {spelled[0]!r}?)" if close else f"; the keys are: {', '.join(sorted(actions))}"
             raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
         try:
-            given, _ = _given(parser, _tokens(actions[key], value), known=False, raising=True)
+            given, _ = _given(parser, _tokens(actions[name], value), known=False, raising=True)
         except (argparse.ArgumentError, TypeError) as e:
             raise ConfigFileError(f"{path}: {key} = {value!r}: {getattr(e, 'message', e)}") from None
         values.update(given)

@@ -8,7 +8,6 @@ every shard and cached by shard hash, so the training run that follows finds it 
 from __future__ import annotations
 
 import argparse
-import sys
 import unicodedata
 
 import numpy as np
@@ -18,14 +17,15 @@ from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset.manifest_io import read_manifest, read_records
 from pipeline.tokenization import TokenizerError
 from pipeline.tokenization.dataset_copy import load_copy
-from schemas.manifest import Manifest, ManifestError
+from schemas.errors import RunError, SettingError
+from schemas.manifest import Manifest
 
 PERCENTILES = (1, 10, 50, 90, 99)
 # Bidirectional overrides and isolates reorder the text a terminal shows after them.
 _BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
 
 
-class InspectError(RuntimeError):
+class InspectError(RunError, RuntimeError):
     """An expected failure, reported in one line."""
 
 
@@ -156,13 +156,10 @@ def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
-    try:
-        manifest = read_manifest(args.data_dir)
-    except ManifestError as e:
-        raise InspectError(str(e)) from None
+    manifest = read_manifest(args.data_dir)
     print("\n".join(describe(manifest)))
     if args.split not in manifest.totals:
-        raise InspectError(f"no split {args.split!r} (splits: {sorted(manifest.totals)})")
+        raise SettingError("split", args.split, f"must name a split of {args.data_dir}: {sorted(manifest.totals)}")
     lengths = _split_lengths(args.data_dir, manifest, args.split)
     every = np.concatenate(lengths.docs) if lengths.docs else np.zeros(0, np.uint32)
     print(f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} documents):")
@@ -180,9 +177,5 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "tokshards inspect") -> int:
-    try:
-        run(parser(prog).parse_args(argv))
-    except InspectError as e:
-        print(f"inspect: error: {e}", file=sys.stderr)
-        return 2
+    run(parser(prog).parse_args(argv))
     return 0

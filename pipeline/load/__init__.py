@@ -3,17 +3,12 @@
 Imports neither Beam nor JAX: a training host needs only Grain, ArrayRecord and `schemas/`.
 """
 
+from pipeline.load.config import LoaderConfig, host_batch_size
 from pipeline.load.data_spec import DataSource, parse_data_spec
+from pipeline.load.directories import open_prepared, open_sources
 from pipeline.load.errors import LoaderError
-from pipeline.load.loader import (
-    PACKINGS,
-    LoaderConfig,
-    host_batch_size,
-    make_dataset,
-    make_iterator,
-    open_prepared,
-    open_sources,
-)
+from pipeline.load.global_index import PACKINGS
+from pipeline.load.loader import make_dataset, make_iterator
 from pipeline.load.rows import SOURCE_TOKENS
 
 __all__ = [

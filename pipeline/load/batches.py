@@ -14,15 +14,14 @@ share of each source is printed.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
 from pipeline.cli.commands import HelpFormatter
 from pipeline.load.data_spec import parse_data_spec
-from pipeline.cli.flag_errors import flag_message, flags_of
-from pipeline.load.loader import PACKINGS, LoaderConfig, LoaderError, make_dataset
+from pipeline.load import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.rows import SOURCE_TOKENS
+from schemas.errors import RunError
 
 
 def _take(value: str) -> int | None:
@@ -64,13 +63,14 @@ def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
     p.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
     p.add_argument("--split", default="train", help="the split to read")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
-    p.add_argument("--batch-size", type=int, required=True, help="global batch size, over all shards")
+    p.add_argument("--batch-size", dest="global_batch_size", type=int, required=True,
+                   help="global batch size, over all shards")
     p.add_argument("--shard-index", type=int, default=0, help="which part of the global batch to write")
     p.add_argument("--shard-count", type=int, default=1, help="equal parts the global batch is split into")
     p.add_argument("--seed", type=int, default=0, help="the data order's seed")
     p.add_argument("--packing", choices=PACKINGS, default="concat",
                    help="concat: documents run on across sequences; document: each sequence starts one")
-    p.add_argument("--workers", type=int, default=0, help="prefetch worker processes")
+    p.add_argument("--workers", dest="worker_count", type=int, default=0, help="prefetch worker processes")
     p.add_argument("--take", type=_take, required=True, metavar="K|epoch",
                    help="how many batches, or 'epoch' for the complete batches of one epoch")
     p.add_argument("--out", required=True, help="the .npz file to write")
@@ -79,26 +79,24 @@ def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "tokshards batches") -> int:
     args = parser(prog).parse_args(argv)
+    config = LoaderConfig(
+        parse_data_spec(args.data),
+        split=args.split,
+        seq_len=args.seq_len,
+        global_batch_size=args.global_batch_size,
+        seed=args.seed,
+        packing=args.packing,
+        num_epochs=1 if args.take is None else None,
+        worker_count=args.worker_count,
+        shard_index=args.shard_index,
+        shard_count=args.shard_count,
+    )
     try:
-        config = LoaderConfig(
-            parse_data_spec(args.data),
-            split=args.split,
-            seq_len=args.seq_len,
-            global_batch_size=args.batch_size,
-            seed=args.seed,
-            packing=args.packing,
-            num_epochs=1 if args.take is None else None,
-            worker_count=args.workers,
-            shard_index=args.shard_index,
-            shard_count=args.shard_count,
-        )
         arrays = collect(config, args.take)
         with open(args.out, "wb") as f:
             np.savez(f, **arrays)
-    except (LoaderError, OSError) as e:
-        flags = {**flags_of(parser(prog)), "global_batch_size": "--batch-size", "worker_count": "--workers"}
-        print(f"batches: error: {flag_message(str(e), flags)}", file=sys.stderr)
-        return 1
+    except OSError as e:
+        raise RunError(f"{e.filename or args.out}: {e.strerror or e}") from None
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
     print(f"batches: wrote {', '.join(arrays)} [{shape}] to {args.out}")
     if SOURCE_TOKENS in arrays:

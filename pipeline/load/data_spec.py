@@ -102,7 +102,7 @@ def parse_data_spec(text: str) -> tuple[DataSource, ...]:
         return (DataSource.directory(text),)
     check_names(sources)
     if any(s.stages for s in sources):
-        return tuple(sources)  # every stage is normalized where it is used (`mixture_stages`)
+        return tuple(sources)  # every stage is normalized where it is used (`host_rows.mixture_stages`)
     total = sum(s.weight for s in sources)
     return tuple(dataclasses.replace(s, weight=s.weight / total) for s in sources)
 

@@ -1,6 +1,8 @@
 """prepare: raw corpora to tokenized ArrayRecord shards and a manifest, as an Apache Beam pipeline.
 
-`launcher` plans and runs a job; `planning`, `units`, `sources` and `worker` decide what each work
-unit reads and writes; `finalize` assembles the manifest; `cleaning` is the dedup and
-decontamination stage run before tokenizing. Nothing here is imported by the loader.
+`launcher` is the command; `planning` and `units` decide what each work unit reads and writes,
+`resume` which units an interrupted run finished, and `stages` runs the cleaning and tokenizing
+stages. What the steps do lives in the rooms `read`, `clean`, `tokenize` and `write`; where they
+run (Beam's options and pipelines, the watched job, forked workers, retries, progress, worker
+environments) in `execution`. Nothing here is imported by the loader.
 """

@@ -18,10 +18,11 @@ from pipeline.dataset import storage
 from pipeline.prepare.clean.eval_sets import file_sha256
 from pipeline.prepare.read.documents import Reject
 from pipeline.prepare.read.inputs import resolve_inputs
-from pipeline.prepare.read import SOURCES, SourceError
+from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.units import WorkUnit
 from pipeline.tokenization import tokenizer_info
-from schemas.manifest import PrepareConfig, TokenizerInfo
+from schemas.manifest import TokenizerInfo
+from schemas.prepare_config import PrepareConfig
 from schemas.records import token_dtype_name
 
 _METADATA_THREADS = 16  # metadata requests to an object store are latency-bound
@@ -71,6 +72,13 @@ class Plan:
             indent=1,
             sort_keys=True,
         )
+
+
+def worker_extras(plan: Plan) -> tuple[str, ...]:
+    """The extras the workers need beyond the base install: the Hugging Face client for hub files,
+    datatrove for quality filters."""
+    hub = any(i.path.startswith(f"{hub_filesystem.SCHEME}://") for i in plan.inputs)
+    return ("hf",) * hub + ("filters",) * bool(plan.config.filters)
 
 
 # Work units are sized from the inputs' total alone, never from the machine, so that every machine

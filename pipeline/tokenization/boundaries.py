@@ -23,13 +23,15 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from schemas.errors import RunError
+
 # With no rule from the tokenizer, the first of these it holds ends every document.
 DEFAULT_EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>")
 # The `--bos-token` value that asks for no BOS even where the tokenizer's rule has one.
 NO_BOS = "none"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(RunError, ValueError):
     """A tokenizer spec that cannot be loaded as asked: the message names it and the fix."""
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import collections
 
-from pipeline.prepare.clean.job import read_fingerprints
 from pipeline.prepare.clean.removals import read_removal_list
-from pipeline.prepare.clean.unit_fingerprints import SAMPLES_PER_REASON
+from pipeline.prepare.clean.unit_fingerprints import SAMPLES_PER_REASON, read_fingerprints
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.run_context import RunContext
 
 
 def dry_run_report(context: RunContext, units: list[WorkUnit]) -> str:

@@ -29,11 +29,12 @@ import zstandard
 from pipeline.dataset import storage
 from pipeline.prepare.clean.fingerprints import ngram_hashes, word_hashes, words
 from pipeline.prepare.read.base import split_at_separator_lines
+from schemas.errors import RunError
 
 _CHUNK = 4 * 2**20
 
 
-class EvalSetError(ValueError):
+class EvalSetError(RunError, ValueError):
     """An eval file that cannot be read as one; the message names it and the fix."""
 
 

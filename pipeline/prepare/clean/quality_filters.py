@@ -22,7 +22,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.manifest import FILTER_NAMES
+from schemas.errors import UsageError
+from schemas.prepare_config import FILTER_NAMES
 
 FILTER_CLASSES = dict(zip(FILTER_NAMES, ("GopherQualityFilter", "GopherRepetitionFilter", "C4QualityFilter", "FineWebQualityFilter")))
 # Keyword arguments that are not rules: where datatrove writes removed documents, and the language
@@ -34,7 +35,7 @@ TOO_LONG = "filter:too_long"
 INSTALL_HINT = "install the filters extra: pip install -e '.[filters]'"
 
 
-class FilterError(ValueError):
+class FilterError(UsageError, ValueError):
     """A filter or parameter that cannot be used, said in one line."""
 
 

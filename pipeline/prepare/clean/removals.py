@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset import storage
+from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 REMOVALS_DIR = "removals"
 CLEANED_NAME = "cleaned.json"
@@ -108,6 +109,17 @@ def filtered_entry(number: int, reason: str) -> dict[str, Any]:
     return {"number": number, "reason": reason}
 
 
+def removal_entries(
+    candidates: Iterable[tuple[int, str, int, int]], contaminated: dict[int, int], filtered: Iterable[list]
+) -> list[dict[str, Any]]:
+    """A unit's removed documents: its duplicates (`candidates`, see `merge`), its contaminated
+    documents (number: eval file) and those the quality filters removed (`[number, reason, excerpt]`)."""
+    entries = [duplicate_entry(n, *found) for n, found in merge(candidates).items()]
+    entries += [contaminated_entry(n, file) for n, file in contaminated.items()]
+    entries += [filtered_entry(n, reason) for n, reason, _ in filtered]
+    return entries
+
+
 def write_removal_list(
     output_dir: str, unit: int, documents: int, entries: list[dict[str, Any]], locations: np.ndarray, ids: list | None
 ) -> None:
@@ -121,6 +133,18 @@ def write_removal_list(
         removed.append({**entry, **where})
     record = {"unit": unit, "documents": documents, "removed": removed}
     storage.write_bytes_atomic(removal_list_path(output_dir, unit), json.dumps(record).encode())
+
+
+def mark_cleaned(context: RunContext) -> None:
+    """Written last, once every unit's removal list is: the cleaning stage is complete for this plan."""
+    storage.write_bytes_atomic(cleaned_path(context.output_dir), context.plan.encode())
+
+
+def is_cleaned(context: RunContext) -> bool:
+    """Whether this run's cleaning stage is complete (for this plan: the output directory refuses
+    any other)."""
+    path = cleaned_path(context.output_dir)
+    return storage.exists(path) and storage.read_text(path) == context.plan
 
 
 def read_removal_list(output_dir: str, unit: int) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.dataset import storage
 from pipeline.prepare.clean.eval_sets import EvalSet, ngram_texts
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 
 def common_ngrams_report(

@@ -3,7 +3,7 @@
 A unit's fingerprints are written atomically to the run's state directory, so a rerun after a crash
 reads them instead of the input again. They hold what each document is compared by (its exact key,
 its MinHash band keys), the eval n-grams it holds (decided upon only once every unit's are counted:
-see `job`), and where it is in its input, to name it in `removals.jsonl`.
+see `eval_matches`), and where it is in its input, to name it in `removals.jsonl`.
 
 The quality filters run first, on each whole document (a cut one's pieces joined): a document they
 remove gets no fingerprint, so deduplication and decontamination see only the documents kept. The
@@ -20,16 +20,19 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.eval_sets import EvalSet
+from pipeline.prepare.clean.edits import write_edits
+from pipeline.prepare.clean.eval_sets import EvalSet, eval_set
 from pipeline.prepare.clean.fingerprints import ExactKey, MinHasher, NgramStream, exact_key, ngram_hashes, word_hashes
 from pipeline.prepare.clean.quality_filters import TOO_LONG, QualityFilters
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.run_context import RunContext
+from pipeline.prepare.tokenize.unit import check_unchanged
 from pipeline.prepare.units import WorkUnit
 from schemas import formats
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 FINGERPRINTS_DIR = "fingerprints"
 SAMPLES_PER_REASON = 3
@@ -258,3 +261,37 @@ def fingerprint_unit(
             raise
         collector = _Collector(config, evals, filters)
     return collector.fingerprints(unit.index)
+
+
+def fingerprints_key(context: RunContext) -> str:
+    """What a unit's fingerprints depend on: the plan (config, inputs, eval files' contents)."""
+    return context.plan
+
+
+def read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None:
+    """A unit's fingerprints as this run's cleaning stage wrote them; None where there are none."""
+    path = fingerprints_path(context.output_dir, unit)
+    if not storage.exists(path):
+        return None
+    with storage.open_raw(path) as f:
+        return UnitFingerprints.from_bytes(f.read(), fingerprints_key(context))
+
+
+def unit_fingerprints(unit: WorkUnit, context: RunContext, filters: QualityFilters | None = None) -> UnitFingerprints:
+    """The unit's fingerprints, from an earlier run's file when there is one, else made and kept;
+    `filters` are the run's quality filters (None when it has none)."""
+    found = read_fingerprints(unit.index, context)
+    if found is not None:
+        return found
+    check_unchanged(unit)
+    config = context.config
+    evals = (
+        eval_set(tuple(config.decontaminate), config.decontaminate_ngram, config.separator, context.eval_digests)
+        if config.decontaminate
+        else None
+    )
+    fingerprints = fingerprint_unit(unit, config, evals, filters)
+    if filters is not None:
+        write_edits(context.output_dir, unit.index, fingerprints.edits)
+    storage.write_bytes_atomic(fingerprints_path(context.output_dir, unit.index), fingerprints.to_bytes(fingerprints_key(context)))
+    return fingerprints

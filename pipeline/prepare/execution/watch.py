@@ -27,11 +27,12 @@ import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.cli import interrupts
-from pipeline.prepare.execution import beam_job
+from pipeline.prepare.execution.beam_units import Build, run_units, start_units
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
 from pipeline.prepare.units import WorkUnit
-from pipeline.prepare.tokenize.unit import RunContext
+from pipeline.prepare.run_context import RunContext
+from schemas.errors import RunError
 
 RESTARTS = 3
 _LOCAL_POLL_SECONDS = 0.25
@@ -39,19 +40,16 @@ _REMOTE_POLL_SECONDS = 5.0
 _END_GRACE_SECONDS = 60.0
 
 
-class JobError(RuntimeError):
-    """The pipeline itself failed (not a unit: those are recorded as unit failures)."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
+class JobError(RunError, RuntimeError):
+    """The pipeline itself failed (not a unit: those are recorded as unit failures); `details` holds
+    its traceback."""
 
 
-def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: beam_job.Build | None) -> None:
+def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: Build) -> None:
     interrupts.ignore_here()  # Ctrl-C is the launcher's to act on: it stops this job
     die_with_parent()
     try:
-        beam_job.run_units(units, context, options, build)
+        run_units(units, context, options, build)
     except BaseException as e:
         errors.send((f"{type(e).__name__}: {e}", traceback.format_exc()))
         raise SystemExit(1) from None
@@ -107,7 +105,7 @@ def _watch_local(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
-    build: beam_job.Build | None,
+    build: Build,
 ) -> str:
     """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
     start = multiprocessing.get_context(_start_method())
@@ -156,11 +154,11 @@ def run_local(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
-    build: beam_job.Build | None = None,
+    build: Build,
 ) -> int:
     """Runs every unit, restarting on the units not done after a loss; returns the restarts made.
     `finished` lists the units recorded so far; `tick` is called while waiting; `build` makes the
-    pipeline (the tokenizing one unless told)."""
+    stage's pipeline."""
     restarts = 0
     while True:
         outcome = _watch_local(units, context, options, finished, tick, build)
@@ -179,13 +177,13 @@ def run_remote(
     options: PipelineOptions,
     finished: Callable[[], set[int]],
     tick: Callable[[], None],
-    build: beam_job.Build | None = None,
+    build: Build,
 ) -> None:
     """Submits the units to the runner and watches them: returns once every unit is recorded (after
     the job ends, or a grace period for runners that report no end), or a unit failure is (the job
     is then cancelled). A job that ends in any state, or whose result raises, is noticed; whether
     the run succeeded is then the units' records' to say, never the runner's state alone."""
-    result = beam_job.start_units(units, context, options, build)
+    result = start_units(units, context, options, build)
     ended = threading.Event()
     outcome: dict[str, str] = {}
 

@@ -35,6 +35,8 @@ from apache_beam.runners.portability.stager import SKIP_REQUIREMENTS_CACHE
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+import pipeline
+
 DISTRIBUTION = "tokshards"
 REQUIREMENTS_NAME = "worker-requirements.txt"
 
@@ -180,7 +182,8 @@ def _ships_nothing(options: PipelineOptions) -> bool:
 
 
 def _checkout_setup_file() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # The directory holding the `pipeline` package: a checkout's root, or site-packages.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pipeline.__file__)))
     path = os.path.join(root, "setup.py")
     if not os.path.isfile(path):
         raise ValueError(

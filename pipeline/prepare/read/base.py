@@ -17,7 +17,8 @@ import numpy as np
 from pipeline.prepare.read.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
-from schemas.manifest import PrepareConfig
+from schemas.errors import RunError
+from schemas.prepare_config import PrepareConfig
 
 BOM = b"\xef\xbb\xbf"
 # Reads past a unit's end grow from small (the last document usually ends within a few KB) to large.
@@ -25,7 +26,7 @@ _FIRST_READ_PAST = 64 * 2**10
 _MAX_READ_PAST = 4 * 2**20
 
 
-class SourceError(RuntimeError):
+class SourceError(RunError, RuntimeError):
     """Input content that cannot be read as asked (corrupt, truncated, not of its format): the
     message names the file and what is wrong. Reading it again fails the same way. `reason` is
     what `--skip-bad-files` counts it as."""

@@ -29,7 +29,7 @@ from pipeline.prepare.execution.retries import is_transient
 from pipeline.prepare.read.base import ContentDigest, SourceError
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 _BATCH_ROWS = 1024
 # Parquet column chunks are read through a buffer of this size, not whole.

@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from schemas.manifest import FILE_FORMATS
+from schemas.errors import RunError
+from schemas.prepare_config import FILE_FORMATS
 
 if TYPE_CHECKING:
     from datasets import DatasetBuilder
@@ -44,7 +45,7 @@ _READAHEAD_BYTES = 256 * 2**10
 _PINNED_URL = re.compile(r"hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<revision>[0-9a-f]{40})/(?P<path>.+)")
 
 
-class HubError(ValueError):
+class HubError(RunError, ValueError):
     """A hub dataset that cannot be resolved or read as asked: the message names it and the fix."""
 
 

@@ -15,7 +15,7 @@ import os
 from pipeline.dataset import storage
 from pipeline.prepare.read import hub
 from pipeline.prepare.read import SOURCES, SourceError, format_of_name
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 _SAVED_DATASET = "state.json"
 _SAVED_DATASET_DICT = "dataset_dict.json"

@@ -39,7 +39,7 @@ from pipeline.prepare.read.base import (
 )
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 _CHUNK = 4 * 2**20
 # zstandard's decompressor takes no output bound, so compressed input goes in slices this small:

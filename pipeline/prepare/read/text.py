@@ -37,7 +37,7 @@ from pipeline.prepare.read.base import (
 )
 from pipeline.prepare.units import WorkUnit
 from pipeline.dataset.storage import FileInfo
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 
 def _could_be_separator(line: bytes, separator: bytes) -> bool:

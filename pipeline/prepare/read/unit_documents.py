@@ -13,7 +13,7 @@ from pipeline.prepare.read.documents import DocumentPiece, DocumentRun, Read, Ta
 from pipeline.prepare.read import SOURCES
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.units import WorkUnit
-from schemas.manifest import PrepareConfig
+from schemas.prepare_config import PrepareConfig
 
 
 def numbered_documents(

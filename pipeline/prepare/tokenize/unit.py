@@ -9,7 +9,6 @@ have left behind.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -28,6 +27,7 @@ from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
 from pipeline.prepare.write.shard_writer import ShardWriter
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import (
     UnitResult,
     WorkUnit,
@@ -38,7 +38,8 @@ from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.splitmix import splitmix64
 from pipeline.tokenization import Tokenizer, load_tokenizer
 from schemas import formats
-from schemas.manifest import PrepareConfig, ShardInfo
+from schemas.errors import RunError
+from schemas.manifest import ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
 
 
@@ -73,25 +74,10 @@ def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: st
     return np.argsort(keys, kind="stable")
 
 
-class InputChangedError(RuntimeError):
+class InputChangedError(RunError, RuntimeError):
     """An input is not what the run planned: resuming would mix two versions of it."""
 
     deterministic = True
-
-
-@dataclasses.dataclass(frozen=True)
-class RunContext:
-    """What every unit of a run shares, pickled once into the pipeline's DoFn."""
-
-    config: PrepareConfig
-    dtype_name: str
-    num_units: int
-    output_dir: str
-    plan: str  # the plan's fingerprint, recorded in every unit record
-    package_versions: dict[str, str]  # the launcher's, for the run's extras
-    extras: tuple[str, ...]
-    failures_dir: str
-    eval_digests: tuple[str, ...] = ()  # SHA-256 of each of config.decontaminate, as the launcher read them
 
 
 class _SplitShards:

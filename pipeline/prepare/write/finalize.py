@@ -16,7 +16,7 @@ import os
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import shard_sizes
 from pipeline.prepare.clean.eval_sets import EvalSet
-from pipeline.prepare.clean.job import read_eval_matches
+from pipeline.prepare.clean.eval_matches import read_eval_matches
 from pipeline.prepare.clean.report import common_ngrams_report
 from pipeline.prepare.clean.removals import cleans, write_removals_file
 from pipeline.prepare.read.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
@@ -26,10 +26,11 @@ from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_na
 from pipeline.tokenization import load_tokenizer
 from pipeline.tokenization.dataset_copy import save_copy
 from schemas import formats
+from schemas.errors import RunError
 from schemas.manifest import EvalFileInfo, InputInfo, Manifest, split_totals
 
 
-class FinalizeError(RuntimeError):
+class FinalizeError(RunError, RuntimeError):
     """The unit records cannot make a manifest (missing units, or workers of other versions)."""
 
 

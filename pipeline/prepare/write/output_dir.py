@@ -13,6 +13,7 @@ import os
 from pipeline.dataset import storage
 from pipeline.prepare.planning import Plan
 from schemas import formats
+from schemas.errors import RunError
 from schemas.manifest import Manifest, ManifestError
 
 FRESH, RESUME, COMPLETE = "fresh", "resume", "complete"
@@ -21,7 +22,7 @@ FRESH, RESUME, COMPLETE = "fresh", "resume", "complete"
 PLAN_IDENTITY_KEY = "plan"
 
 
-class OutputError(RuntimeError):
+class OutputError(RunError, RuntimeError):
     """The output directory cannot take this plan; the message says why and what to do."""
 
 

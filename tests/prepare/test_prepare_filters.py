@@ -1,0 +1,228 @@
+"""Quality filters in prepare: the documents kept are exactly those datatrove's own filter objects
+keep when run directly on the same texts; removals are counted by rule, located, shown by a dry run,
+and a killed run resumes to the same bytes."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+
+import pytest
+from datatrove.data import Document
+from datatrove.pipeline.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
+from datatrove.pipeline.filters.base_filter import get_filter_result
+from support.corpora import write_jsonl
+from support.fault_runs import kill_prepare_part_way, units_started
+from support.runs import decoded_documents, files_in_place, run_outputs, run_prepare
+from support.web_text import held_out_documents, prose
+
+from pipeline.dataset import inspect as inspect_dataset
+from pipeline.prepare.clean.quality_filters import (
+    TOO_LONG,
+    FilterError,
+    parameters,
+    parse_parameter,
+)
+from schemas import formats
+from schemas.errors import UsageError
+
+pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
+
+CLASSES = {
+    "gopher-quality": GopherQualityFilter,
+    "gopher-repetition": GopherRepetitionFilter,
+    "c4": C4QualityFilter,
+    "fineweb": FineWebQualityFilter,
+}
+# Long documents of web_text are cut at this; the filters must see them whole.
+MAX_DOCUMENT_BYTES = 4096
+
+
+def datatrove_run(names: list[str], docs: list[str]) -> dict[int, tuple[str | None, str]]:
+    """Per document, what datatrove's filters (chained as its pipeline chains them) make of it:
+    `(None, the text they keep)`, or `(the removing filter's name and reason, the input text)`."""
+    filters = [(name, CLASSES[name]()) for name in names]
+    out = {}
+    for i, text in enumerate(docs):
+        document = Document(text=text, id=str(i))
+        out[i] = (None, document.text)
+        for name, rule in filters:
+            kept, reason = get_filter_result(rule.filter(document))
+            if not kept:
+                out[i] = (f"filter:{name}:{reason}" if reason else f"filter:{name}", text)
+                break
+        else:
+            out[i] = (None, document.text)
+    return out
+
+
+def datatrove_kept(names: list[str], docs: list[str]) -> dict[int, str | None]:
+    """Per document, None where datatrove's filters keep it, else why they remove it."""
+    return {i: why for i, (why, _) in datatrove_run(names, docs).items()}
+
+
+def _removals(output: str) -> list[dict]:
+    with open(os.path.join(output, formats.REMOVALS_NAME)) as f:
+        return [json.loads(line) for line in f]
+
+
+def _check_same_as_datatrove(names: list[str], docs: list[str], output: str, manifest, encoding) -> None:
+    run = datatrove_run(names, docs)
+    removed = {r["id"]: r["reason"] for r in _removals(output)}
+    assert removed == {i: why for i, (why, _) in run.items() if why is not None}
+    assert all(r["line"] == r["id"] + 1 and r["path"].endswith("web.jsonl") for r in _removals(output))
+    kept = [text for why, text in run.values() if why is None]  # as the filters leave them (C4 drops lines)
+    # A cut document is stored as its pieces: every other kept document is stored whole.
+    decoded = decoded_documents(output, encoding)
+    whole = [d for d in kept if len(d.encode()) <= MAX_DOCUMENT_BYTES]
+    long = [d for d in kept if len(d.encode()) > MAX_DOCUMENT_BYTES]
+    pieces = list((collections.Counter(decoded) - collections.Counter(whole)).elements())
+    assert len(decoded) - len(pieces) == len(whole)
+    assert all(any(piece in d for d in long) for piece in pieces)
+    assert sum(map(len, decoded)) == sum(map(len, kept))
+    counts: dict[str, int] = {}
+    for why in removed.values():
+        counts[why] = counts.get(why, 0) + 1
+    assert manifest.removed == dict(sorted(counts.items()))
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_each_filter_keeps_what_datatrove_keeps(name, tmp_path, encoding):
+    docs = held_out_documents()
+    expected = datatrove_kept([name], docs)
+    assert 0 < sum(why is None for why in expected.values()) < len(docs), "the corpus must test the rule both ways"
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", name,
+                           "--max-document-bytes", str(MAX_DOCUMENT_BYTES), "--unit-bytes", "16384")
+    assert manifest.counts["cut_documents"] > 0 and manifest.num_units > 2
+    _check_same_as_datatrove([name], docs, out, manifest, encoding)
+    if name == "c4":  # the documents it keeps lose lines, cut ones too
+        edited = [i for i, (why, text) in datatrove_run([name], docs).items() if why is None and text != docs[i]]
+        assert any(len(docs[i].encode()) > MAX_DOCUMENT_BYTES for i in edited) and len(edited) > 10
+
+
+def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_path, encoding, capsys):
+    names = ["gopher-repetition", "c4", "gopher-quality", "fineweb"]
+    originals = held_out_documents(seed=1)
+    kept = originals[0]
+    # Its words one per line: the same document once whitespace is normalized, which the filters
+    # remove. Before it, it would be the keeper of its copies were filtered documents deduplicated;
+    # after them, a duplicate.
+    broken = kept.replace(" ", "\n")
+    docs = [broken, *originals, kept, kept, broken]
+    n = len(docs)
+    expected = datatrove_kept(names, docs)
+    assert expected[1] is None and expected[0] is not None and expected[n - 1] == expected[0]
+    out = str(tmp_path / "out")
+    path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
+    args = ["--filter", ",".join(names), "--dedup", "exact", "--max-document-bytes", str(MAX_DOCUMENT_BYTES)]
+    manifest = run_prepare([path], out, *args)
+    removed = {r["id"]: r for r in _removals(out)}
+    assert {i: r["reason"] for i, r in removed.items() if r["reason"].startswith("filter:")} == {
+        i: why for i, why in expected.items() if why is not None
+    }
+    # A filtered document is never a duplicate's keeper, nor counted as a duplicate: the kept
+    # document's copies are duplicates of it, the filtered ones are filtered.
+    duplicates = {i: r["duplicate_of"] for i, r in removed.items() if r["reason"] == "exact_duplicate"}
+    assert duplicates == {n - 3: {"path": path, "line": 2}, n - 2: {"path": path, "line": 2}}
+    inspect_dataset.main([out])
+    shown = capsys.readouterr().out
+    assert all(f"{reason} {n}" in shown for reason, n in manifest.removed.items())
+
+    # A parameter changes the rule as datatrove's keyword argument does.
+    loose = str(tmp_path / "loose")
+    run_prepare([path], loose, "--filter", "gopher-quality", "--filter-param", "gopher-quality.min_doc_words=5",
+                "--filter-param", 'gopher-quality.stop_words=["the","of"]')
+    tuned = GopherQualityFilter(min_doc_words=5, stop_words=["the", "of"])
+    want = {i for i, d in enumerate(docs) if not get_filter_result(tuned.filter(Document(text=d, id="")))[0]}
+    assert {r["id"] for r in _removals(loose)} == want != {i for i, w in datatrove_kept(["gopher-quality"], docs).items() if w}
+
+
+def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):
+    text = prose(random.Random(3), 60)[:6000]
+    docs = [text, text[:3000], " ".join(["word"] * 700)]  # cut at 2048 bytes; the first over the bound
+    out = str(tmp_path / "out")
+    manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "gopher-repetition",
+                           "--max-document-bytes", "2048", "--filter-max-document-bytes", "4096")
+    assert manifest.counts["cut_documents"] == 3
+    removed = {r["id"]: r["reason"] for r in _removals(out)}
+    expected = datatrove_kept(["gopher-repetition"], docs)
+    assert removed[0] == TOO_LONG and expected[0] is None
+    assert removed.get(1) == expected[1] and removed.get(2) == expected[2] is not None
+
+
+def test_dry_run_prints_counts_and_samples_and_the_real_run_goes_on_from_it(tmp_path, capsys):
+    docs = held_out_documents(seed=2)
+    path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
+    args = ["--filter", "gopher-quality,c4", "--unit-bytes", "16384"]
+    dry = str(tmp_path / "dry")
+    assert run_prepare([path], dry, *args, "--filter-dry-run") is None
+    report = capsys.readouterr().out
+    assert not os.path.exists(os.path.join(dry, "train")) and not os.path.exists(os.path.join(dry, formats.MANIFEST_NAME))
+    expected = datatrove_kept(["gopher-quality", "c4"], docs)
+    counts: dict[str, int] = {}
+    for why in expected.values():
+        if why:
+            counts[why] = counts.get(why, 0) + 1
+    assert f"{len(docs)} documents read, {sum(counts.values())} removed" in report
+    for reason, n in counts.items():
+        assert f"  {reason}: {n} (" in report
+        first = next(i for i, why in expected.items() if why == reason)
+        assert repr(docs[first][:160]) in report, f"no sample of {reason}"
+    run_prepare([path], dry, *args)
+    plain = str(tmp_path / "plain")
+    run_prepare([path], plain, *args)
+    assert run_outputs(dry) == run_outputs(plain)
+
+
+def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
+    path = write_jsonl(str(tmp_path / "web.jsonl"), ["A document."])
+    out = str(tmp_path / "out")
+    assert "min_doc_words" in parameters("gopher-quality") and "language" not in parameters("c4")
+    assert parse_parameter("c4.filter_javascript=false") == ("c4", "filter_javascript", False)
+    assert parse_parameter("fineweb.stop_chars=x") == ("fineweb", "stop_chars", "x")
+    with pytest.raises(FilterError, match="NAME.KEY=VALUE"):
+        parse_parameter("c4=1")
+    for args, message in [
+        (["--filter", "gopher"], r"filters must each be one of .*got filters=\['gopher'\]"),
+        (["--filter", "c4", "--filter-param", "c4.min_words=2"], r"c4 has no parameters \['min_words'\]"),
+        (["--filter", "c4", "--filter-param", "fineweb.line_punct_thr=0.2"], "not in --filter c4"),
+        (["--filter", "c4,c4"], "named twice"),
+    ]:
+        with pytest.raises(UsageError, match=message):  # a filter or parameter is a setting
+            run_prepare([path], out, *args)
+    assert not os.path.exists(out)
+    # A JSON list is a tuple where the class declares one.
+    docs = held_out_documents(count=60)
+    run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "fineweb",
+                "--filter-param", 'fineweb.stop_chars=["!"]')
+    rule = FineWebQualityFilter(stop_chars=("!",))
+    want = {i for i, d in enumerate(docs) if not get_filter_result(rule.filter(Document(text=d, id="")))[0]}
+    assert {r["id"] for r in _removals(out)} == want != {i for i, w in datatrove_kept(["fineweb"], docs).items() if w}
+
+
+@pytest.mark.slow
+def test_sigkill_while_filtering_then_resume(tmp_path):
+    docs = held_out_documents(seed=4) * 3
+    path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
+    args = ["--filter", "gopher-quality,gopher-repetition,c4,fineweb", "--dedup", "exact", "--unit-bytes", "8192",
+            "--validation-fraction", "0.1"]
+    clean = str(tmp_path / "clean")
+    run_prepare([path], clean, *args)
+    out = str(tmp_path / "killed")
+    watched = os.path.join(out, formats.STATE_DIR, "fingerprints")
+    command = ["--input", path, *args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    kill_prepare_part_way(command, after=2, in_pass="cleaning")
+    total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
+    done = files_in_place(watched)
+    assert 0 < done <= 2 < total, "the kill lands part-way"
+    # The rerun filters only the units not done: the others' filter results are read back.
+    assert units_started(command, in_pass="cleaning") == total - done
+    assert run_outputs(out) == run_outputs(clean)
