@@ -9,7 +9,7 @@ DEMO_RUN ?= runs/demo
 DEMO_STORIES ?= 30000
 DEMO_STEPS ?= 150
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo lint format test test-fast bench clean
 
 venv: $(VENV)/.installed
 
@@ -28,9 +28,18 @@ demo: venv
 		--batch-size 16 --seq-len 128 --learning-rate 3e-3 --warmup-steps 15 --eval-every 50 --checkpoint-every 50
 	$(PY) -m train sample --workdir $(DEMO_RUN) --prompt "Once upon a time" --max-tokens 120
 
-# Every tier: the unit tests, those marked `integration` (a command, a process or training, seconds
-# each) and those marked `slow` (minutes); what CI runs.
-test: venv
+# The linter and the formatter's check (ruff.toml); `make format` rewrites the tree to pass them.
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: venv
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+# The linter, then every tier: the unit tests, those marked `integration` (a command, a process or
+# training, seconds each) and those marked `slow` (minutes); what CI runs.
+test: lint
 	$(PY) -m pytest -m "slow or not slow"
 
 # The unit tier alone (under a minute on 2 cores).

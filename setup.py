@@ -9,7 +9,8 @@
 - `inspect --plot`: `.[plot]` (and `.[load]` for the lengths index `inspect` reads);
 - work on the project: `make venv` (`.[dev]`, pinned by constraints.txt).
 
-Beam builds an sdist of this file for `--setup_file`; tests/project/test_packaging.py checks what it holds.
+Beam builds an sdist of this file for `--setup_file`; tests/project/test_packaging.py checks what it
+holds.
 """
 
 from setuptools import find_packages, setup
@@ -56,10 +57,18 @@ GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
-# `wheel`: the tests build the sdist into a wheel without a package index (tests/support/worker_venv.py).
-# TensorBoard itself reads the trainer's event files back in the tests.
-TEST = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator", "hypothesis>=6.100", "wheel>=0.40",
-        "tensorboard>=2.16"]
+# `wheel`: the tests build the sdist into a wheel without a package index
+# (tests/support/worker_venv.py); `ruff`: the linter and formatter `make test` checks first
+# (ruff.toml); TensorBoard itself reads the trainer's event files back in the tests.
+TEST = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "gcp-storage-emulator",
+    "hypothesis>=6.100",
+    "wheel>=0.40",
+    "ruff>=0.15",
+    "tensorboard>=2.16",
+]
 
 setup(
     name="tokshards",

@@ -51,7 +51,9 @@ from train.step import Steps  # noqa: E402
 
 GOAL_SECONDS = 1.0
 VOCAB = 8600
-MODEL = GPTConfig(vocab_size=VOCAB, max_seq_len=64, num_layers=12, num_heads=12, width=768, mlp_width=3072)
+MODEL = GPTConfig(
+    vocab_size=VOCAB, max_seq_len=64, num_layers=12, num_heads=12, width=768, mlp_width=3072
+)
 BATCH, SEQ = 1, 16
 CASES = ("none", "background", "trainer", "sync")
 
@@ -62,17 +64,23 @@ def _cpu_seconds() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--check", action="store_true",
-                        help=f"exit 1 if a save blocks over {GOAL_SECONDS} s or costs more than a synchronous one")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 if a save blocks over {GOAL_SECONDS} s or costs more than a synchronous one",
+    )
     args = parser.parse_args()
     config = TrainConfig(data="-", workdir="-", model=MODEL, seq_len=SEQ, batch_size=BATCH)
     mesh = trainer.make_mesh(())
     steps = Steps(*trainer.build(config, mesh))
     tokens = np.random.default_rng(0).integers(0, VOCAB, (BATCH, SEQ + 1)).astype(np.int32)
-    position = iter(grain.MapDataset.range(8).to_iter_dataset())  # what the loader's position stands in for
+    # What the loader's position stands in for.
+    position = iter(grain.MapDataset.range(8).to_iter_dataset())
     arrays, step = steps.arrays, 0
     wall: dict[str, list[float]] = {case: [] for case in CASES}
     cpu: dict[str, list[float]] = {case: [] for case in CASES}
@@ -93,7 +101,9 @@ def main() -> None:
                 workdir = os.path.join(root, f"{case}-{round_}")
                 checkpointer = None
                 if case in ("background", "trainer"):
-                    checkpointer = Checkpointer(workdir, every=1, keep=1, background=True if case == "background" else None)
+                    checkpointer = Checkpointer(
+                        workdir, every=1, keep=1, background=True if case == "background" else None
+                    )
                 began, cpu_began = time.perf_counter(), _cpu_seconds()
                 if checkpointer:
                     checkpointer.save(step, steps.state(arrays), position, {"source_tokens": {}})
@@ -112,20 +122,37 @@ def main() -> None:
     cost = {case: [w - n for w, n in zip(wall[case], wall["none"])] for case in saving}
     cpu_cost = {case: [c - n for c, n in zip(cpu[case], cpu["none"])] for case in saving}
     params = MODEL.num_params()
-    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f}; {params / 1e6:.1f}M parameters, {params * 12 / 1e9:.2f} GB of state; "
-          f"{args.rounds} rounds of {args.steps} steps per case")
+    print(
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, load "
+        f"average {os.getloadavg()[0]:.1f}; {params / 1e6:.1f}M parameters, "
+        f"{params * 12 / 1e9:.2f} GB of state; {args.rounds} rounds of {args.steps} steps per case"
+    )
     print("steps alone: " + ", ".join(f"{x:.2f}" for x in wall["none"]) + " s")
     for case in saving:
-        print(f"{case}: wall-clock cost " + ", ".join(f"{x:.2f}" for x in cost[case])
-              + f" s, median {statistics.median(cost[case]):.2f} s; CPU " + ", ".join(f"{x:.2f}" for x in cpu_cost[case])
-              + f" s, median {statistics.median(cpu_cost[case]):.2f} s"
-              + (f"; blocked in save: median {statistics.median(blocked[case]):.2f} s" if case in blocked else ""))
-    ratios = {case: statistics.median(cost[case]) / statistics.median(cost["sync"]) for case in ("background", "trainer")}
-    print(f"wall-clock cost / synchronous save's: background {ratios['background']:.3f}, "
-          f"the trainer's ({'in the background' if in_background() else 'written at once'}) "
-          f"{ratios['trainer']:.3f} (goal: at most 1)")
-    if args.check and (ratios["trainer"] > 1 or (in_background() and max(blocked["trainer"]) > GOAL_SECONDS)):
+        print(
+            f"{case}: wall-clock cost "
+            + ", ".join(f"{x:.2f}" for x in cost[case])
+            + f" s, median {statistics.median(cost[case]):.2f} s; CPU "
+            + ", ".join(f"{x:.2f}" for x in cpu_cost[case])
+            + f" s, median {statistics.median(cpu_cost[case]):.2f} s"
+            + (
+                f"; blocked in save: median {statistics.median(blocked[case]):.2f} s"
+                if case in blocked
+                else ""
+            )
+        )
+    ratios = {
+        case: statistics.median(cost[case]) / statistics.median(cost["sync"])
+        for case in ("background", "trainer")
+    }
+    print(
+        f"wall-clock cost / synchronous save's: background {ratios['background']:.3f}, "
+        f"the trainer's ({'in the background' if in_background() else 'written at once'}) "
+        f"{ratios['trainer']:.3f} (goal: at most 1)"
+    )
+    if args.check and (
+        ratios["trainer"] > 1 or (in_background() and max(blocked["trainer"]) > GOAL_SECONDS)
+    ):
         sys.exit(1)
 
 

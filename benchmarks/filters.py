@@ -1,13 +1,15 @@
 """What the quality filters cost: `prepare` plain, and with datatrove's filters at their default
 rules, on one web-like corpus, in one run.
 
-The corpus (tests/support/web_text.py) mixes prose with menus, boilerplate, repeated lines, code, bullets,
+The corpus (tests/support/web_text.py) mixes prose with menus, boilerplate, repeated lines, code, \
+bullets,
 very short and long documents. Reported: each run's wall time (the whole `python -m pipeline
 prepare` process, on every core), its ratio to the plain run's, the cleaning job's share and what
 the filters removed. The runs alternate, `--rounds` times, and each configuration's best time is
 compared, so a burst of other work on the machine does not decide the ratio.
 
-Usage: python benchmarks/filters.py [--megabytes 32] [--rounds 2] [--workdir /tmp/filters_bench] [--check]
+Usage: python benchmarks/filters.py [--megabytes 32] [--rounds 2] [--workdir /tmp/filters_bench] \
+[--check]
 
 `--check` exits non-zero when the four filters together add more than 50% to plain prepare's time.
 """
@@ -55,8 +57,20 @@ def prepare(corpus: str, output: str, *flags: str) -> tuple[float, dict]:
     shutil.rmtree(output, ignore_errors=True)
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, *flags],
-        cwd=REPO, check=True, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "prepare",
+            "--input",
+            corpus,
+            "--output",
+            output,
+            *flags,
+        ],
+        cwd=REPO,
+        check=True,
+        stderr=subprocess.DEVNULL,
     )
     seconds = time.perf_counter() - started
     with open(os.path.join(output, "run_info.json")) as f:
@@ -67,7 +81,9 @@ def prepare(corpus: str, output: str, *flags: str) -> tuple[float, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--megabytes", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/filters_bench")
@@ -76,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.workdir, exist_ok=True)
     path = os.path.join(args.workdir, "web.jsonl")
     documents = make_corpus(path, args.megabytes)
-    print(f"corpus: {os.path.getsize(path) / 2**20:.1f} MiB, {documents} documents; {os.cpu_count()} cores, "
-          f"best of {args.rounds} rounds")
+    print(
+        f"corpus: {os.path.getsize(path) / 2**20:.1f} MiB, {documents} documents; {os.cpu_count()} "
+        f"cores, best of {args.rounds} rounds"
+    )
     out = os.path.join(args.workdir, "out")
     best: dict[str, float] = {}
     found: dict[str, dict] = {}
@@ -89,12 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         if name == "plain":
             print(f"plain: {best[name]:.1f} s")
             continue
-        print(f"{name}: {best[name]:.1f} s, x{best[name] / best['plain']:.2f} of plain (cleaning job "
-              f"{found[name]['cleaning_seconds']:.1f} s); removed {found[name]['removed']} of {documents} documents")
+        print(
+            f"{name}: {best[name]:.1f} s, x{best[name] / best['plain']:.2f} of plain (cleaning job "
+            f"{found[name]['cleaning_seconds']:.1f} s); removed {found[name]['removed']} of "
+            f"{documents} documents"
+        )
     ratio = best["all four"] / best["plain"]
     met = ratio <= GOAL
-    print(f"all four filters add {100 * (ratio - 1):.0f}% to plain prepare (goal: at most {100 * (GOAL - 1):.0f}%)"
-          + ("" if met else ": below goal"))
+    print(
+        f"all four filters add {100 * (ratio - 1):.0f}% to plain prepare (goal: at most "
+        f"{100 * (GOAL - 1):.0f}%)" + ("" if met else ": below goal")
+    )
     return 1 if args.check and not met else 0
 
 

@@ -7,7 +7,8 @@ a training host pays: opening the lengths (memory maps) and the planner, plannin
 resuming at a position far into the run (a checkpoint's few integers: no replay), and the steady
 cost of planning a step; with the process's resident memory after each.
 
-    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] [--rows 16]
+    python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] \
+[--rows 16]
 """
 
 from __future__ import annotations
@@ -32,8 +33,16 @@ EOT_ID = 50256
 
 
 def _shard(index: int, records: int) -> ShardInfo:
-    return ShardInfo(split="train", path=f"train-{index:05d}", unit=index, records=records, documents=0, tokens=0,
-                     bytes=0, sha256=f"{index:064x}")
+    return ShardInfo(
+        split="train",
+        path=f"train-{index:05d}",
+        unit=index,
+        records=records,
+        documents=0,
+        tokens=0,
+        bytes=0,
+        sha256=f"{index:064x}",
+    )
 
 
 def write_cache(records: int, seed: int = 0) -> None:
@@ -43,8 +52,13 @@ def write_cache(records: int, seed: int = 0) -> None:
         per_record = rng.integers(1, 5, count)
         docs = rng.integers(20, 2000, int(per_record.sum())).astype(np.uint32)
         firsts = np.concatenate(([0], np.cumsum(per_record))).astype(np.int64)
-        arrays = {"docs": docs, "firsts": firsts, "offsets": lengths.record_offsets(docs, firsts),
-                  "lead": np.zeros(count, np.int32), "before": np.full(count, -1, np.int32)}
+        arrays = {
+            "docs": docs,
+            "firsts": firsts,
+            "offsets": lengths.record_offsets(docs, firsts),
+            "lead": np.zeros(count, np.int32),
+            "before": np.full(count, -1, np.int32),
+        }
         prefix = lengths.entry_prefix(_shard(index, 0), EOT_ID)
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         for name, array in arrays.items():
@@ -59,19 +73,23 @@ def _resident_mb() -> float:
 def open_split(records: int) -> lengths.SplitLengths:
     counts = np.diff(np.linspace(0, records, SHARDS + 1).astype(np.int64))
     shards = [_shard(i, int(n)) for i, n in enumerate(counts)]
-    return lengths.SplitLengths.of_shards(shards, [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards],
-                                          EOT_ID)
+    return lengths.SplitLengths.of_shards(
+        shards, [lengths.shard_lengths("-", s, "uint16", EOT_ID) for s in shards], EOT_ID
+    )
 
 
 def measure(records: int, packing: str, steps: int, rows: int) -> None:
     before = _resident_mb()
     start = time.perf_counter()
     split = open_split(records)
-    planner = Planner([split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=rows, packing=packing)
+    planner = Planner(
+        [split], stages=[Stage(0, (1.0,))], seed=0, seq_len=1024, rows=rows, packing=packing
+    )
     planner.plan(Position.start(1))
     opened = time.perf_counter() - start
     opened_mb = _resident_mb()
-    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit once.
+    # Step 10^6, half way through the second epoch: an epoch draws each window (concat) or unit
+    # once.
     per_epoch = split.offsets()[1][-1] // 1025 if packing == "concat" else split.units(1024)[1][-1]
     far = Position(10**6, (int(per_epoch) * 3 // 2,), (0,), (0,))
     start = time.perf_counter()
@@ -82,22 +100,37 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
     for _ in range(steps):
         _, position = planner.plan(position)
     per_step = (time.perf_counter() - start) / steps
-    on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(lengths.cache_dir())
-                  for f in files)
+    on_disk = sum(
+        os.path.getsize(os.path.join(root, f))
+        for root, _, files in os.walk(lengths.cache_dir())
+        for f in files
+    )
     print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch {rows} x 1024")
-    print(f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} bytes per record)")
-    print(f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident +{opened_mb - before:,.1f} MiB")
+    print(
+        f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} "
+        "bytes per record)"
+    )
+    print(
+        f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident "
+        f"+{opened_mb - before:,.1f} MiB"
+    )
     print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
-    print(f"planning a step, steady:         {per_step * 1e3:,.3f} ms over {steps} steps "
-          f"(resident +{_resident_mb() - before:,.1f} MiB after)")
+    print(
+        f"planning a step, steady:         {per_step * 1e3:,.3f} ms over {steps} steps "
+        f"(resident +{_resident_mb() - before:,.1f} MiB after)"
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--packing", choices=("concat", "document"), default="document")
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--rows", type=int, default=16, help="global batch size (rows the plan fills per step)")
+    parser.add_argument(
+        "--rows", type=int, default=16, help="global batch size (rows the plan fills per step)"
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -109,9 +142,13 @@ def main() -> int:
         if args.packing == "document":
             start = time.perf_counter()
             open_split(args.records).units(1024)
-            print(f"document packing's units, derived once per machine and seq_len: {time.perf_counter() - start:,.1f} s",
-                  flush=True)
-        # A fresh process: its memory holds what a training host's would, not the arrays just written.
+            print(
+                "document packing's units, derived once per machine and seq_len: "
+                f"{time.perf_counter() - start:,.1f} s",
+                flush=True,
+            )
+        # A fresh process: its memory holds what a training host's would, not the arrays just
+        # written.
         return subprocess.run([sys.executable, __file__, "--measure", *sys.argv[1:]]).returncode
 
 

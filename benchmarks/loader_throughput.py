@@ -31,7 +31,9 @@ from pipeline.load import LoaderConfig, make_iterator
 from schemas.records import DEFAULT_RECORD_TOKENS
 
 # The corpora are written by the tests' `synthetic` module, from token ids.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+)
 
 SEQ_LEN = 1024
 GLOBAL_BATCH = 16
@@ -45,7 +47,9 @@ CHECKED_WORKERS = 2
 def synthetic_documents(total_tokens: int, mean_length: int, seed: int) -> list[np.ndarray]:
     """Random token documents with exponentially distributed lengths around `mean_length`."""
     rng = np.random.default_rng(seed)
-    lengths = np.maximum(1, rng.exponential(mean_length, total_tokens // mean_length + 1).astype(np.int64))
+    lengths = np.maximum(
+        1, rng.exponential(mean_length, total_tokens // mean_length + 1).astype(np.int64)
+    )
     tokens = rng.integers(0, EOT_ID, int(lengths.sum()), dtype=np.uint16)
     return np.split(tokens, np.cumsum(lengths)[:-1])
 
@@ -104,11 +108,19 @@ def readers(data_dir: str, workers: int) -> dict[str, Callable[[], grain.Dataset
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tokens", type=int, default=20_000_000, help="tokens per corpus")
-    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per reader and round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per reader; the median ratio is kept")
-    parser.add_argument("--check", action="store_true", help=f"exit 1 unless both packings reach {GOAL} of memmap")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="measuring time per reader and round"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds per reader; the median ratio is kept"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help=f"exit 1 unless both packings reach {GOAL} of memmap"
+    )
     args = parser.parse_args(argv)
     # Imported here and not at the top: spawned prefetch workers re-import this module, and the
     # writer (the same record layout and shard writer as `prepare`) pulls in Beam.
@@ -128,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 num_shards=8,
             )
             flat = os.path.join(tmp, f"corpus{c}.bin")
-            np.concatenate(read_records(data_dir, read_manifest(data_dir), "train")).astype(np.uint16).tofile(flat)
+            np.concatenate(read_records(data_dir, read_manifest(data_dir), "train")).astype(
+                np.uint16
+            ).tofile(flat)
             memmap = memmap_windows(flat, seed=c)
             warm = make_iterator(config(data_dir, packing="concat", workers=0))
             next(warm)  # builds the lengths index
@@ -138,21 +152,33 @@ def main(argv: list[str] | None = None) -> int:
                     iterator = open_reader()
                     rounds = []
                     for r in range(args.rounds):
-                        # The reference is measured right before the reader: the machine's load drifts.
+                        # The reference is measured right before the reader: the machine's load
+                        # drifts.
                         baseline = timed(memmap, args.seconds, warmup=0.5)
-                        rate = timed(lambda: next(iterator)["inputs"].size, args.seconds, warmup=2.0 if r == 0 else 1.0)
+                        rate = timed(
+                            lambda iterator=iterator: next(iterator)["inputs"].size,
+                            args.seconds,
+                            warmup=2.0 if r == 0 else 1.0,
+                        )
                         rounds.append((rate / baseline, rate, baseline))
                     iterator.close()
                     ratio, rate, baseline = sorted(rounds)[len(rounds) // 2]
                     rows.append((name, reader, rate, baseline, [r[0] for r in rounds]))
                     if workers == CHECKED_WORKERS and ratio < GOAL:
                         short.append(f"{reader} on {name}: {ratio:.2f}")
-    print(f"seq_len {SEQ_LEN}, global batch {GLOBAL_BATCH}, one process, {os.cpu_count()} CPUs, "
-          f"median of {args.rounds} rounds")
-    print(f"{'corpus':<26} {'reader':<34} {'tokens/s':>14} {'memmap just before':>19} {'vs memmap':>10}  rounds")
+    print(
+        f"seq_len {SEQ_LEN}, global batch {GLOBAL_BATCH}, one process, {os.cpu_count()} CPUs, "
+        f"median of {args.rounds} rounds"
+    )
+    print(
+        f"{'corpus':<26} {'reader':<34} {'tokens/s':>14} {'memmap just before':>19} "
+        f"{'vs memmap':>10}  rounds"
+    )
     for name, reader, rate, baseline, ratios in rows:
-        print(f"{name:<26} {reader:<34} {rate:>14,.0f} {baseline:>19,.0f} {rate / baseline:>10.2f}  "
-              f"{' '.join(f'{r:.2f}' for r in ratios)}")
+        print(
+            f"{name:<26} {reader:<34} {rate:>14,.0f} {baseline:>19,.0f} {rate / baseline:>10.2f}  "
+            f"{' '.join(f'{r:.2f}' for r in ratios)}"
+        )
     if args.check and short:
         print(f"check failed: below {GOAL} of memmap: {'; '.join(short)}", file=sys.stderr)
         return 1

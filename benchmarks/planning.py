@@ -2,10 +2,10 @@
 
 For the same corpus as 1, 10 and 100 text files, and for one separator-free file (a single
 document the size of the file), this measures the bytes the planning process reads (Linux
-`/proc/self/io`, in a fresh process) and its time, against the reference a launcher that fingerprints
-its inputs by content would pay: one SHA-256 pass over every byte, measured in the same run. The
-separator-free file is then prepared for real, and the peak resident memory of its worker
-processes is read from the run's `run_info.json`.
+`/proc/self/io`, in a fresh process) and its time, against the reference a launcher that
+fingerprints its inputs by content would pay: one SHA-256 pass over every byte, measured in the
+same run. The separator-free file is then prepared for real, and the peak resident memory of its
+worker processes is read from the run's `run_info.json`.
 
     python benchmarks/planning.py [--megabytes 400] [--separator-free-megabytes 1024] [--check]
 
@@ -41,10 +41,12 @@ from schemas.prepare_config import PrepareConfig
 def rchar():
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-make_plan(["/dev/null"], PrepareConfig(format="text"))  # imports and the tokenizer, outside the count
+# imports and the tokenizer, outside the count
+make_plan(["/dev/null"], PrepareConfig(format="text"))
 before, start = rchar(), time.perf_counter()
 plan = make_plan(sys.argv[1:], PrepareConfig())
-print(json.dumps({"seconds": time.perf_counter() - start, "bytes_read": rchar() - before, "units": len(plan.units)}))
+print(json.dumps({"seconds": time.perf_counter() - start, "bytes_read": rchar() - before,
+                  "units": len(plan.units)}))
 """
 
 
@@ -84,7 +86,13 @@ def separator_free(workdir: str, megabytes: int, data: bytes) -> str:
 
 
 def planning(paths: list[str]) -> dict:
-    result = subprocess.run([sys.executable, "-c", _MEASURE, *paths], cwd=REPO, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *paths],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout)
 
 
@@ -99,20 +107,30 @@ def hashing_seconds(paths: list[str]) -> float:
 def prepare_peak_rss(path: str, output: str) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", "prepare", "--input", path, "--output", output],
-                   cwd=REPO, check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", "prepare", "--input", path, "--output", output],
+        cwd=REPO,
+        check=True,
+        stderr=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - start
     with open(os.path.join(output, "run_info.json")) as f:
         info = json.load(f)
     with open(os.path.join(output, "manifest.json")) as f:
         manifest = json.load(f)
-    return {"seconds": seconds, "worker_rss": info["workers_peak_rss_bytes"],
-            "launcher_rss": info["launcher_peak_rss_bytes"], "counts": manifest["counts"],
-            "tokens": sum(t["tokens"] for t in manifest["totals"].values())}
+    return {
+        "seconds": seconds,
+        "worker_rss": info["workers_peak_rss_bytes"],
+        "launcher_rss": info["launcher_peak_rss_bytes"],
+        "counts": manifest["counts"],
+        "tokens": sum(t["tokens"] for t in manifest["totals"].values()),
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--megabytes", type=int, default=400)
     parser.add_argument("--separator-free-megabytes", type=int, default=1024)
     parser.add_argument("--workdir", default="/tmp/planning_bench")
@@ -120,24 +138,34 @@ def main() -> int:
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     data = block(args.workdir)
-    layouts = {f"{n} files": write_files(os.path.join(args.workdir, f"x{n}"), n, args.megabytes, data) for n in (1, 10, 100)}
+    layouts = {
+        f"{n} files": write_files(os.path.join(args.workdir, f"x{n}"), n, args.megabytes, data)
+        for n in (1, 10, 100)
+    }
     flat = separator_free(args.workdir, args.separator_free_megabytes, data)
     layouts["1 separator-free file"] = [flat]
 
     failures = []
-    print(f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} {'read share':>11} {'sha256 pass s':>14}")
+    print(
+        f"{'input':24} {'MiB':>7} {'units':>6} {'planning s':>11} {'read MiB':>9} "
+        f"{'read share':>11} {'sha256 pass s':>14}"
+    )
     for name, paths in layouts.items():
         size = sum(os.path.getsize(p) for p in paths)
         measured = planning(paths)
         share = measured["bytes_read"] / size
-        print(f"{name:24} {size / 2**20:>7.0f} {measured['units']:>6} {measured['seconds']:>11.3f} "
-              f"{measured['bytes_read'] / 2**20:>9.2f} {share:>10.3%} {hashing_seconds(paths):>14.2f}")
+        print(
+            f"{name:24} {size / 2**20:>7.0f} {measured['units']:>6} {measured['seconds']:>11.3f} "
+            f"{measured['bytes_read'] / 2**20:>9.2f} {share:>10.3%} {hashing_seconds(paths):>14.2f}"
+        )
         if share >= MAX_READ_FRACTION:
             failures.append(f"planning {name} read {share:.1%} of the input")
     run = prepare_peak_rss(flat, os.path.join(args.workdir, "separator_free_out"))
-    print(f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in {run['seconds']:.1f} s; "
-          f"peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} MiB, of the launcher "
-          f"{run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}")
+    print(
+        f"\nprepare of the separator-free file: {run['tokens'] / 1e6:.1f}M tokens in "
+        f"{run['seconds']:.1f} s; peak RSS of a worker process {run['worker_rss'] / 2**20:.0f} "
+        f"MiB, of the launcher {run['launcher_rss'] / 2**20:.0f} MiB; counts {run['counts']}"
+    )
     if run["worker_rss"] >= MAX_WORKER_RSS:
         failures.append(f"a worker's peak RSS was {run['worker_rss'] / 2**30:.2f} GiB")
     for failure in failures:

@@ -51,7 +51,10 @@ GOAL = 0.85
 
 def cpu_model() -> str:
     with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+        return next(
+            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+            "unknown CPU",
+        )
 
 
 def make_corpus(path: str, megabytes: int) -> None:
@@ -82,7 +85,8 @@ def _library_tokenizer(spec: str) -> tokenizers.Tokenizer:
 
 
 def _encode_share(args: tuple[int, int, str]) -> int:
-    """Tokens of every `count`-th document from `index`, boundary ids counted, by the library alone."""
+    """Tokens of every `count`-th document from `index`, boundary ids counted, by the library
+    alone."""
     index, count, spec = args
     tokenizer = load_tokenizer(spec)
     per_document = 1 if tokenizer.boundary.bos_id is None else 2
@@ -126,8 +130,21 @@ def prepare_end_to_end(corpus: str, output: str, python: str, spec: str) -> Prep
     shutil.rmtree(output, ignore_errors=True)
     started = time.time()
     subprocess.run(
-        [python, "-m", "pipeline", "prepare", "--input", corpus, "--output", output, "--tokenizer", spec],
-        cwd=REPO, check=True, stderr=subprocess.DEVNULL,
+        [
+            python,
+            "-m",
+            "pipeline",
+            "prepare",
+            "--input",
+            corpus,
+            "--output",
+            output,
+            "--tokenizer",
+            spec,
+        ],
+        cwd=REPO,
+        check=True,
+        stderr=subprocess.DEVNULL,
     )
     ended = time.time()
     with open(os.path.join(output, "manifest.json")) as f:
@@ -177,16 +194,29 @@ def nanogpt_style(docs: list[str], output: str, processes: int) -> tuple[int, fl
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--megabytes", type=int, default=400)
     parser.add_argument("--workdir", default="/tmp/prepare_bench")
     parser.add_argument("--skip-nanogpt", action="store_true")
-    parser.add_argument("--rounds", type=int, default=5, help="raw and prepare alternate; the median round counts")
-    parser.add_argument("--python", default=sys.executable,
-                        help="the interpreter prepare runs with (default: this one); e.g. a base install's")
-    parser.add_argument("--tokenizer", default="gpt2",
-                        help="what prepare is given: a tiktoken name, a tokenizer.json (or its directory), a spec file")
-    parser.add_argument("--check", action="store_true", help=f"exit non-zero below {GOAL} of the raw limit")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="raw and prepare alternate; the median round counts"
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter prepare runs with (default: this one); e.g. a base install's",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="what prepare is given: a tiktoken name, a tokenizer.json (or its directory), a spec "
+        "file",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help=f"exit non-zero below {GOAL} of the raw limit"
+    )
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     spec = os.path.abspath(args.tokenizer) if os.path.exists(args.tokenizer) else args.tokenizer
@@ -195,25 +225,35 @@ def main() -> int:
     make_corpus(corpus, args.megabytes)
     cores = os.cpu_count() or 1
     docs = read_documents(corpus)
-    print(f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, {cores} cores; "
-          f"tokenizer {spec} ({library})")
+    print(
+        f"corpus: {os.path.getsize(corpus) / 2**20:.0f} MiB, {len(docs)} documents; {cpu_model()}, "
+        f"{cores} cores; tokenizer {spec} ({library})"
+    )
 
     # Alternating rounds: each round measures both back to back, so the machine's state of the
     # moment (these machines are noisy) hits both alike; the round with the median ratio counts.
     rounds = []
     for index in range(args.rounds):
         raw = raw_limit(docs, cores, spec)
-        prepared = prepare_end_to_end(corpus, os.path.join(args.workdir, "prepared"), args.python, spec)
+        prepared = prepare_end_to_end(
+            corpus, os.path.join(args.workdir, "prepared"), args.python, spec
+        )
         if prepared.tokens != raw[0]:
             raise SystemExit(f"token counts differ: prepare {prepared.tokens}, raw {raw[0]}")
         rounds.append((raw[1] / prepared.seconds, raw, prepared))
         split = " + ".join(f"{part:.2f}" for _, part in time_split(prepared, raw[1], cores))
-        print(f"round {index + 1}: raw {raw[1]:.2f} s, prepare {prepared.seconds:.2f} s (raw + {split}), "
-              f"ratio {rounds[-1][0]:.2f}")
+        print(
+            f"round {index + 1}: raw {raw[1]:.2f} s, prepare {prepared.seconds:.2f} s (raw + "
+            f"{split}), ratio {rounds[-1][0]:.2f}"
+        )
     _, (raw_tokens, raw_seconds), median = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     rows = [
-        (f"raw {library} limit ({'encode_ordinary' if library == 'tiktoken' else 'encode_batch_fast'}, 1 proc/core)",
-         raw_tokens, raw_seconds),
+        (
+            f"raw {library} limit "
+            f"({'encode_ordinary' if library == 'tiktoken' else 'encode_batch_fast'}, 1 proc/core)",
+            raw_tokens,
+            raw_seconds,
+        ),
         ("prepare end to end (python -m pipeline prepare)", median.tokens, median.seconds),
     ]
     if not args.skip_nanogpt and spec == "gpt2":
@@ -225,12 +265,17 @@ def main() -> int:
     for name, tokens, seconds in rows:
         rate = tokens / seconds
         print(f"{name:52} {tokens:>12} {seconds:>8.2f} {rate / 1e6:>9.2f}M {rate / raw_rate:>7.2f}")
-    print(f"prepare's {median.seconds - raw_seconds:.2f} s beyond the raw limit, in the median round:")
+    print(
+        f"prepare's {median.seconds - raw_seconds:.2f} s beyond the raw limit, in the median round:"
+    )
     for name, part in time_split(median, raw_seconds, cores):
         print(f"  {name:52} {part:>6.2f} s")
     ratio = rows[1][1] / rows[1][2] / raw_rate
     if args.check and ratio < GOAL:
-        print(f"below goal: prepare runs at {ratio:.2f} of the raw limit (goal {GOAL})", file=sys.stderr)
+        print(
+            f"below goal: prepare runs at {ratio:.2f} of the raw limit (goal {GOAL})",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -44,10 +44,16 @@ def _steps(preset_name: str, batch: int, seq: int, **settings):
     from train.trainer import build
 
     model = preset(preset_name, max_seq_len=max(seq, 256))
-    config = TrainConfig(data="-", workdir="-", model=model, seq_len=seq, batch_size=batch, **settings)
+    config = TrainConfig(
+        data="-", workdir="-", model=model, seq_len=seq, batch_size=batch, **settings
+    )
     mesh = make_mesh(())
-    steps = Steps(*build(config, mesh), micro_batches=config.gradient_accumulation_steps, remat=config.remat)
-    tokens = np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)).astype(np.int32)
+    steps = Steps(
+        *build(config, mesh), micro_batches=config.gradient_accumulation_steps, remat=config.remat
+    )
+    tokens = (
+        np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)).astype(np.int32)
+    )
     with jax.set_mesh(mesh):
         batch_arrays = global_batch({"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}, mesh)
     return steps, batch_arrays, mesh
@@ -90,10 +96,17 @@ def remat_child(policy: str, count: int) -> dict:
 
 def accumulation(rounds: int, per_round: int) -> dict:
     whole = _steps("minigpt", ACCUMULATION_BATCH, ACCUMULATION_SEQ)
-    split = _steps("minigpt", ACCUMULATION_BATCH, ACCUMULATION_SEQ, gradient_accumulation_steps=MICRO_BATCHES)
-    out = {"whole": {"temporary_bytes": _temporary_bytes(*whole), "seconds": []},
-           "split": {"temporary_bytes": _temporary_bytes(*split), "seconds": []}}
-    arrays = {"whole": _timed(*whole, whole[0].arrays, 1)[0], "split": _timed(*split, split[0].arrays, 1)[0]}
+    split = _steps(
+        "minigpt", ACCUMULATION_BATCH, ACCUMULATION_SEQ, gradient_accumulation_steps=MICRO_BATCHES
+    )
+    out = {
+        "whole": {"temporary_bytes": _temporary_bytes(*whole), "seconds": []},
+        "split": {"temporary_bytes": _temporary_bytes(*split), "seconds": []},
+    }
+    arrays = {
+        "whole": _timed(*whole, whole[0].arrays, 1)[0],
+        "split": _timed(*split, split[0].arrays, 1)[0],
+    }
     for _ in range(rounds):
         for name, (steps, batch, mesh) in (("whole", whole), ("split", split)):
             arrays[name], seconds = _timed(steps, batch, mesh, arrays[name], per_round)
@@ -102,10 +115,17 @@ def accumulation(rounds: int, per_round: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--run", action="store_true", help="also run each remat policy's step")
-    parser.add_argument("--steps", type=int, default=2, help="with --run: timed steps per remat policy, after the "
-                        "first (0: the first alone, which compiles)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=2,
+        help="with --run: timed steps per remat policy, after the "
+        "first (0: the first alone, which compiles)",
+    )
     parser.add_argument("--part", choices=("remat", "accumulation", "both"), default="both")
     parser.add_argument("--accumulation-rounds", type=int, default=3)
     parser.add_argument("--steps-per-round", type=int, default=5)
@@ -118,29 +138,52 @@ def main() -> None:
 
     print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs")
     if args.part != "accumulation":
-        print(f"remat: gpt2 preset (12 layers, width 768), batch {REMAT_BATCH} x {REMAT_SEQ}, one process per policy")
+        print(
+            f"remat: gpt2 preset (12 layers, width 768), batch {REMAT_BATCH} x {REMAT_SEQ}, one "
+            "process per policy"
+        )
         print("| policy | XLA temporaries | peak RSS | first step (compiling) | s/step |")
         print("| --- | ---: | ---: | ---: | ---: |")
         for policy in ("none", "full", "dots"):
-            child = [sys.executable, __file__, "--child", policy, "--steps", str(args.steps)] + ["--run"] * args.run
-            r = json.loads(subprocess.run(child, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-            rss, first, per_step = (f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" if "peak_rss_bytes" in r else "",
-                                    f"{r['first_step_seconds']:.1f} s" if "first_step_seconds" in r else "",
-                                    f"{r['seconds_per_step']:.1f}" if r.get("seconds_per_step") else "")
-            print(f"| {policy} | {r['temporary_bytes'] / 2**30:.2f} GiB | {rss} | {first} | {per_step} |", flush=True)
+            child = [sys.executable, __file__, "--child", policy, "--steps", str(args.steps)] + [
+                "--run"
+            ] * args.run
+            r = json.loads(
+                subprocess.run(
+                    child, capture_output=True, text=True, check=True
+                ).stdout.splitlines()[-1]
+            )
+            rss, first, per_step = (
+                f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" if "peak_rss_bytes" in r else "",
+                f"{r['first_step_seconds']:.1f} s" if "first_step_seconds" in r else "",
+                f"{r['seconds_per_step']:.1f}" if r.get("seconds_per_step") else "",
+            )
+            print(
+                f"| {policy} | {r['temporary_bytes'] / 2**30:.2f} GiB | {rss} | {first} "
+                f"| {per_step} |",
+                flush=True,
+            )
     if args.part == "remat":
         return
     result = accumulation(args.accumulation_rounds, args.steps_per_round)
     tokens = ACCUMULATION_BATCH * ACCUMULATION_SEQ
     whole, split = (statistics.median(result[name]["seconds"]) for name in ("whole", "split"))
-    print(f"accumulation: minigpt preset, global batch {ACCUMULATION_BATCH} x {ACCUMULATION_SEQ}, whole against "
-          f"{MICRO_BATCHES} micro-batches, {args.accumulation_rounds} alternating rounds of {args.steps_per_round} steps")
+    print(
+        f"accumulation: minigpt preset, global batch {ACCUMULATION_BATCH} x {ACCUMULATION_SEQ}, "
+        f"whole against {MICRO_BATCHES} micro-batches, {args.accumulation_rounds} alternating "
+        f"rounds of {args.steps_per_round} steps"
+    )
     for name, seconds in (("whole", whole), (f"{MICRO_BATCHES} micro-batches", split)):
         key = "whole" if name == "whole" else "split"
-        print(f"  {name}: {seconds * 1e3:.0f} ms/step, {seconds / tokens * 1e6:.1f} us/token, XLA temporaries "
-              f"{result[key]['temporary_bytes'] / 2**20:.0f} MiB (rounds: "
-              + ", ".join(f"{s * 1e3:.0f}" for s in result[key]["seconds"]) + " ms)")
-    print(f"  cost per token of {MICRO_BATCHES} micro-batches: {split / whole:.3f}x the whole batch's")
+        print(
+            f"  {name}: {seconds * 1e3:.0f} ms/step, {seconds / tokens * 1e6:.1f} us/token, XLA "
+            f"temporaries {result[key]['temporary_bytes'] / 2**20:.0f} MiB (rounds: "
+            + ", ".join(f"{s * 1e3:.0f}" for s in result[key]["seconds"])
+            + " ms)"
+        )
+    print(
+        f"  cost per token of {MICRO_BATCHES} micro-batches: {split / whole:.3f}x the whole batch's"
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,11 @@ VOCAB = 512
 def _data(root: str) -> str:
     rng = np.random.default_rng(0)
     path = os.path.join(root, "data")
-    write_prepared(path, {"train": [rng.integers(2, VOCAB, int(rng.integers(20, 400))) for _ in range(20_000)]},
-                   n_vocab=VOCAB)
+    write_prepared(
+        path,
+        {"train": [rng.integers(2, VOCAB, int(rng.integers(20, 400))) for _ in range(20_000)]},
+        n_vocab=VOCAB,
+    )
     return path
 
 
@@ -60,7 +63,9 @@ def seconds_per_step(workdir: str, tokens_per_step: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--layers", type=int, default=12)
@@ -71,8 +76,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2 * WARM:
         parser.error(f"--steps must be at least {2 * WARM}")
-    model = GPTConfig(vocab_size=VOCAB, max_seq_len=args.seq_len, num_layers=args.layers, num_heads=2,
-                      width=args.width, mlp_width=4 * args.width)
+    model = GPTConfig(
+        vocab_size=VOCAB,
+        max_seq_len=args.seq_len,
+        num_layers=args.layers,
+        num_heads=2,
+        width=args.width,
+        mlp_width=4 * args.width,
+    )
     tokens_per_step = args.batch_size * args.seq_len
     cadences = {"--log-every 1": 1, "--log-every 100": 100}
     per_step: dict[str, list[float]] = {name: [] for name in cadences}
@@ -82,9 +93,18 @@ def main() -> None:
 
         def run(name: str, log_every: int, steps: int) -> str:
             workdir = os.path.join(root, f"run-{len(os.listdir(root))}")
-            config = TrainConfig(data=data, workdir=workdir, model=model, steps=steps, batch_size=args.batch_size,
-                                 seq_len=args.seq_len, warmup_steps=1, eval_batches=0, checkpoint_every=10**9,
-                                 log_every=log_every)
+            config = TrainConfig(
+                data=data,
+                workdir=workdir,
+                model=model,
+                steps=steps,
+                batch_size=args.batch_size,
+                seq_len=args.seq_len,
+                warmup_steps=1,
+                eval_batches=0,
+                checkpoint_every=10**9,
+                log_every=log_every,
+            )
             began = time.perf_counter()
             train(config)
             wall[name].append(time.perf_counter() - began)
@@ -92,18 +112,27 @@ def main() -> None:
 
         for _ in range(args.rounds):
             for name, log_every in cadences.items():
-                per_step[name].append(seconds_per_step(run(name, log_every, args.steps), tokens_per_step))
+                per_step[name].append(
+                    seconds_per_step(run(name, log_every, args.steps), tokens_per_step)
+                )
     dense, sparse = per_step["--log-every 1"], per_step["--log-every 100"]
     ratio = statistics.median(d / s for d, s in zip(dense, sparse))
-    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; {args.layers} layers of width "
-          f"{args.width}, batch {args.batch_size} x {args.seq_len}; {args.rounds} rounds of {args.steps} steps each, "
-          f"timed from step {WARM}")
+    print(
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs; "
+        f"{args.layers} layers of width {args.width}, batch {args.batch_size} x {args.seq_len}; "
+        f"{args.rounds} rounds of {args.steps} steps each, timed from step {WARM}"
+    )
     print(f"{'cadence':18} {'ms/step (median)':>17} {'rounds':>40} {'whole runs (s)':>16}")
     for name in cadences:
         rounds = " ".join(f"{x * 1e3:.1f}" for x in per_step[name])
-        print(f"{name:18} {statistics.median(per_step[name]) * 1e3:>17.2f} {rounds:>40} "
-              f"{statistics.median(wall[name]):>16.1f}")
-    print(f"per step, --log-every 1 / --log-every 100: {ratio:.3f} (median of the rounds' ratios; goal: at most {GOAL})")
+        print(
+            f"{name:18} {statistics.median(per_step[name]) * 1e3:>17.2f} {rounds:>40} "
+            f"{statistics.median(wall[name]):>16.1f}"
+        )
+    print(
+        f"per step, --log-every 1 / --log-every 100: {ratio:.3f} (median of the rounds' ratios; "
+        f"goal: at most {GOAL})"
+    )
     if args.check and ratio > GOAL:
         sys.exit(1)
 

@@ -6,11 +6,13 @@ mask, ReLU feed-forward, an untied output layer, `optax.adam(1e-3)`, and an `nnx
 `nnx.value_and_grad(has_aux=True)` and an `nnx.MultiMetric` update. Sizes are the tutorial's:
 sequence 256, width 256, 8 heads, feed-forward 256, 4 blocks, the GPT-2 vocabulary. Ours is the
 `minigpt` preset (the same sizes in our GPT-2 architecture) through the trainer's step
-(`train.step.Steps`), with AdamW, clipping and the schedule. Both run the same batches, interleaved in rounds, so machine
+(`train.step.Steps`), with AdamW, clipping and the schedule. Both run the same batches, \
+interleaved in rounds, so machine
 noise hits both alike.
 
     python benchmarks/train_step.py [--batch-size 8] [--rounds 5] [--steps-per-round 5]
-    python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] [--steps-per-round 20]
+    python benchmarks/train_step.py --real-batches [--batch-size 8] [--rounds 5] \
+[--steps-per-round 20]
 
 `--real-batches` measures whether the loader stalls the step: our minigpt step fed the loader's
 batches (document packing, a two-source mixture, 2 prefetch workers, on synthetic prepared data)
@@ -51,8 +53,12 @@ MAXLEN, EMBED, HEADS, FFN, BLOCKS = 256, 256, 8, 256, 4
 
 
 class TransformerBlock(nnx.Module):
-    def __init__(self, embed_dim: int, num_heads: int, ff_dim: int, *, rngs: nnx.Rngs, rate: float = 0.1):
-        self.mha = nnx.MultiHeadAttention(num_heads=num_heads, in_features=embed_dim, decode=False, rngs=rngs)
+    def __init__(
+        self, embed_dim: int, num_heads: int, ff_dim: int, *, rngs: nnx.Rngs, rate: float = 0.1
+    ):
+        self.mha = nnx.MultiHeadAttention(
+            num_heads=num_heads, in_features=embed_dim, decode=False, rngs=rngs
+        )
         self.dropout1 = nnx.Dropout(rate=rate)
         self.layer_norm1 = nnx.LayerNorm(epsilon=1e-6, num_features=embed_dim, rngs=rngs)
         self.linear1 = nnx.Linear(in_features=embed_dim, out_features=ff_dim, rngs=rngs)
@@ -84,7 +90,9 @@ class TokenAndPositionEmbedding(nnx.Module):
 class MiniGPT(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
         self.embedding_layer = TokenAndPositionEmbedding(MAXLEN, VOCAB, EMBED, rngs=rngs)
-        self.transformer_blocks = nnx.List([TransformerBlock(EMBED, HEADS, FFN, rngs=rngs) for _ in range(BLOCKS)])
+        self.transformer_blocks = nnx.List(
+            [TransformerBlock(EMBED, HEADS, FFN, rngs=rngs) for _ in range(BLOCKS)]
+        )
         self.output_layer = nnx.Linear(in_features=EMBED, out_features=VOCAB, rngs=rngs)
 
     def __call__(self, inputs: jax.Array, training: bool = False) -> jax.Array:
@@ -129,7 +137,9 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
     ref_metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"))
     ref_batch = (jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
 
-    config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size)
+    config = TrainConfig(
+        data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size
+    )
     steps = Steps(*build(config, mesh))
     arrays = steps.arrays
     key = jax.random.key(0)
@@ -157,10 +167,14 @@ def compare(batch_size: int, rounds: int, steps_per_round: int) -> None:
 
     tokens_per_step = batch_size * MAXLEN
     ref_s, our_s = statistics.median(ref_times), statistics.median(our_times)
-    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, batch {batch_size} x {MAXLEN} tokens, "
-          f"median of {rounds} rounds of {steps_per_round} steps")
+    print(
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, batch {batch_size} x {MAXLEN} "
+        f"tokens, median of {rounds} rounds of {steps_per_round} steps"
+    )
     print(f"{'step':34} {'ms/step':>9} {'tokens/s':>12}")
-    print(f"{'miniGPT tutorial (reference)':34} {ref_s * 1e3:>9.1f} {tokens_per_step / ref_s:>12,.0f}")
+    print(
+        f"{'miniGPT tutorial (reference)':34} {ref_s * 1e3:>9.1f} {tokens_per_step / ref_s:>12,.0f}"
+    )
     print(f"{'ours (minigpt preset)':34} {our_s * 1e3:>9.1f} {tokens_per_step / our_s:>12,.0f}")
     print(f"speed ours / reference: {ref_s / our_s:.2f}")
 
@@ -176,8 +190,14 @@ def _mixture(tmp: str, tokens: int) -> tuple:
         lengths = np.maximum(1, rng.exponential(mean, tokens // mean + 1).astype(np.int64))
         flat = rng.integers(0, VOCAB - 1, int(lengths.sum()), dtype=np.uint16)
         path = os.path.join(tmp, name)
-        write_prepared(path, {"train": np.split(flat, np.cumsum(lengths)[:-1])}, n_vocab=VOCAB, eot_id=VOCAB - 1,
-                       record_tokens=8192, num_shards=4)
+        write_prepared(
+            path,
+            {"train": np.split(flat, np.cumsum(lengths)[:-1])},
+            n_vocab=VOCAB,
+            eot_id=VOCAB - 1,
+            record_tokens=8192,
+            num_shards=4,
+        )
         sources.append(DataSource(name, path, weight))
     return tuple(sources)
 
@@ -193,14 +213,27 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
     from pipeline.load import SOURCE_TOKENS, LoaderConfig, make_iterator
 
     mesh = make_mesh(())
-    config = TrainConfig(data="-", workdir="-", model=preset("minigpt"), seq_len=MAXLEN, batch_size=batch_size,
-                         packing="document")
+    config = TrainConfig(
+        data="-",
+        workdir="-",
+        model=preset("minigpt"),
+        seq_len=MAXLEN,
+        batch_size=batch_size,
+        packing="document",
+    )
     steps = Steps(*build(config, mesh))
     arrays = steps.arrays
     key = jax.random.key(0)
     with tempfile.TemporaryDirectory() as tmp:
-        loader = LoaderConfig(_mixture(tmp, 3_000_000), seq_len=MAXLEN, global_batch_size=batch_size,
-                              packing="document", worker_count=workers, shard_index=0, shard_count=1)
+        loader = LoaderConfig(
+            _mixture(tmp, 3_000_000),
+            seq_len=MAXLEN,
+            global_batch_size=batch_size,
+            packing="document",
+            worker_count=workers,
+            shard_index=0,
+            shard_count=1,
+        )
         iterator = make_iterator(loader)
 
         def host_batch() -> dict:
@@ -232,9 +265,11 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
                 _timed(constant_step, steps_per_round, constant_times)
         iterator.close()
     real_s, constant_s = statistics.median(real_times), statistics.median(constant_times)
-    print(f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, minigpt, batch {batch_size} "
-          f"x {MAXLEN}, document packing, two-source mixture, {workers} prefetch workers, "
-          f"median of {rounds} rounds of {steps_per_round} steps")
+    print(
+        f"{jax.devices()[0].device_kind} x{jax.device_count()}, {os.cpu_count()} CPUs, minigpt, "
+        f"batch {batch_size} x {MAXLEN}, document packing, two-source mixture, {workers} prefetch "
+        f"workers, median of {rounds} rounds of {steps_per_round} steps"
+    )
     print(f"{'step fed':34} {'ms/step':>9}")
     print(f"{'a constant batch':34} {constant_s * 1e3:>9.1f}")
     print(f"{'the loader':34} {real_s * 1e3:>9.1f}")
@@ -243,12 +278,20 @@ def real_batches(batch_size: int, rounds: int, steps_per_round: int, workers: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps-per-round", type=int, default=None, help="default: 5, or 20 with --real-batches")
-    parser.add_argument("--real-batches", action="store_true", help="the step fed the loader vs a constant batch")
-    parser.add_argument("--check", action="store_true", help="with --real-batches: exit 1 above the goal")
+    parser.add_argument(
+        "--steps-per-round", type=int, default=None, help="default: 5, or 20 with --real-batches"
+    )
+    parser.add_argument(
+        "--real-batches", action="store_true", help="the step fed the loader vs a constant batch"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="with --real-batches: exit 1 above the goal"
+    )
     args = parser.parse_args()
     if args.real_batches:
         ratio = real_batches(args.batch_size or 8, args.rounds, args.steps_per_round or 20)

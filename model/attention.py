@@ -21,7 +21,8 @@ _CUDNN_MAX_HEAD = 128
 
 
 def platform() -> str:
-    """'cuda' for an NVIDIA GPU backend, else the backend's platform ('cpu', 'tpu', 'gpu' for ROCm)."""
+    """'cuda' for an NVIDIA GPU backend, else the backend's platform ('cpu', 'tpu', 'gpu' for
+    ROCm)."""
     backend = jax.extend.backend.get_backend()
     if backend.platform == "gpu" and "cuda" in backend.platform_version.lower():
         return "cuda"
@@ -33,12 +34,25 @@ def choose(platform: str, *, dtype, head_dim: int, seq_len: int, segments: bool)
     if platform != "cuda":
         return XLA, f"cuDNN's fused attention needs a CUDA GPU (here: {platform})"
     if jnp.dtype(dtype) not in _CUDNN_DTYPES:
-        return XLA, f"cuDNN's fused attention needs bfloat16 or float16 inputs (here: {jnp.dtype(dtype)}; --bf16)"
+        return (
+            XLA,
+            f"cuDNN's fused attention needs bfloat16 or float16 inputs (here: {jnp.dtype(dtype)}; "
+            "--bf16)",
+        )
     if head_dim % 8 or head_dim > _CUDNN_MAX_HEAD:
-        return XLA, f"cuDNN's fused attention needs a head size that is a multiple of 8 up to 128 (here: {head_dim})"
+        return (
+            XLA,
+            "cuDNN's fused attention needs a head size that is a multiple of 8 up to 128 (here: "
+            f"{head_dim})",
+        )
     if segments and seq_len % 2:
-        # Document packing passes the segment rule as a bias, whose gradient cuDNN computes for even lengths.
-        return XLA, f"cuDNN's fused attention with segments needs an even sequence length (here: {seq_len})"
+        # Document packing passes the segment rule as a bias, whose gradient cuDNN computes for even
+        # lengths.
+        return (
+            XLA,
+            "cuDNN's fused attention with segments needs an even sequence length (here: "
+            f"{seq_len})",
+        )
     return CUDNN, "cuDNN's fused kernel"
 
 
@@ -48,13 +62,19 @@ def segment_mask(segment_ids: jax.Array) -> jax.Array:
     return segment_ids[:, None, :, None] == segment_ids[:, None, None, :]
 
 
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+def causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None = None
+) -> jax.Array:
     """(B, T, nh, hs) in and out. Causal is a flag, not a mask: cuDNN skips the blocks above the
     diagonal, and XLA builds the triangle itself."""
     _, t, _, hs = q.shape
-    implementation, _ = choose(platform(), dtype=q.dtype, head_dim=hs, seq_len=t, segments=segment_ids is not None)
+    implementation, _ = choose(
+        platform(), dtype=q.dtype, head_dim=hs, seq_len=t, segments=segment_ids is not None
+    )
     mask = None if segment_ids is None else segment_mask(segment_ids)
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=mask, is_causal=True, implementation=implementation
+    )
 
 
 def materialized_attention(

@@ -11,8 +11,9 @@ from schemas.errors import SettingError
 DATA = "data"
 MODEL = "model"
 COMPUTE_DTYPES = ("float32", "bfloat16")
-# What a block keeps for the backward pass (model/gpt.py): everything ("none": no rematerialization),
-# its input alone ("full": the rest is recomputed), or its matmuls' outputs too ("dots").
+# What a block keeps for the backward pass (model/gpt.py): everything ("none": no
+# rematerialization), its input alone ("full": the rest is recomputed), or its matmuls' outputs too
+# ("dots").
 REMAT_POLICIES = ("none", "full", "dots")
 
 
@@ -34,7 +35,9 @@ class GPTConfig:
             if getattr(self, name) < 1:
                 raise SettingError(name, getattr(self, name), "must be at least 1")
         if self.width % self.num_heads:
-            raise SettingError("width", self.width, "must be divisible by {num_heads}", num_heads=self.num_heads)
+            raise SettingError(
+                "width", self.width, "must be divisible by {num_heads}", num_heads=self.num_heads
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise SettingError("dropout", self.dropout, "must be in [0, 1)")
         if self.dtype not in COMPUTE_DTYPES:
@@ -73,4 +76,6 @@ PRESETS: dict[str, GPTConfig] = {
 def preset(name: str, **overrides) -> GPTConfig:
     if name not in PRESETS:
         raise SettingError("preset", name, f"must be one of {sorted(PRESETS)}")
-    return dataclasses.replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+    return dataclasses.replace(
+        PRESETS[name], **{k: v for k, v in overrides.items() if v is not None}
+    )

@@ -37,20 +37,32 @@ class CausalSelfAttention(nnx.Module):
         d = config.width
         self.num_heads = config.num_heads
         self.qkv = nnx.Linear(
-            d, 3 * d, kernel_init=_param(_INIT, fsdp, MODEL), bias_init=_param(nnx.initializers.zeros, MODEL),
-            dtype=config.compute_dtype, rngs=rngs,
+            d,
+            3 * d,
+            kernel_init=_param(_INIT, fsdp, MODEL),
+            bias_init=_param(nnx.initializers.zeros, MODEL),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         # Residual projections start smaller, scaled by depth (GPT-2).
         proj_init = nnx.initializers.normal(stddev=0.02 / (2 * config.num_layers) ** 0.5)
         self.out = nnx.Linear(
-            d, d, kernel_init=_param(proj_init, MODEL, fsdp), bias_init=_param(nnx.initializers.zeros, None),
-            dtype=config.compute_dtype, rngs=rngs,
+            d,
+            d,
+            kernel_init=_param(proj_init, MODEL, fsdp),
+            bias_init=_param(nnx.initializers.zeros, None),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         self.dropout = nnx.Dropout(config.dropout)
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None) -> jax.Array:
+    def __call__(
+        self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None
+    ) -> jax.Array:
         b, t, d = x.shape
-        q, k, v = jnp.split(self.qkv(x).reshape(b, t, 3 * self.num_heads, d // self.num_heads), 3, axis=2)
+        q, k, v = jnp.split(
+            self.qkv(x).reshape(b, t, 3 * self.num_heads, d // self.num_heads), 3, axis=2
+        )
         y = causal_attention(q, k, v, segment_ids)  # (B, T, nh, hs)
         return self.dropout(self.out(y.reshape(b, t, d)), deterministic=rngs is None, rngs=rngs)
 
@@ -60,12 +72,20 @@ class MLP(nnx.Module):
         fsdp = DATA if config.fsdp else None
         proj_init = nnx.initializers.normal(stddev=0.02 / (2 * config.num_layers) ** 0.5)
         self.fc = nnx.Linear(
-            config.width, config.mlp_width, kernel_init=_param(_INIT, fsdp, MODEL),
-            bias_init=_param(nnx.initializers.zeros, MODEL), dtype=config.compute_dtype, rngs=rngs,
+            config.width,
+            config.mlp_width,
+            kernel_init=_param(_INIT, fsdp, MODEL),
+            bias_init=_param(nnx.initializers.zeros, MODEL),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         self.proj = nnx.Linear(
-            config.mlp_width, config.width, kernel_init=_param(proj_init, MODEL, fsdp),
-            bias_init=_param(nnx.initializers.zeros, None), dtype=config.compute_dtype, rngs=rngs,
+            config.mlp_width,
+            config.width,
+            kernel_init=_param(proj_init, MODEL, fsdp),
+            bias_init=_param(nnx.initializers.zeros, None),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         self.dropout = nnx.Dropout(config.dropout)
 
@@ -76,8 +96,12 @@ class MLP(nnx.Module):
 
 def _layer_norm(config: GPTConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
     return nnx.LayerNorm(
-        config.width, epsilon=1e-5, scale_init=_param(nnx.initializers.ones, None),
-        bias_init=_param(nnx.initializers.zeros, None), dtype=config.compute_dtype, rngs=rngs,
+        config.width,
+        epsilon=1e-5,
+        scale_init=_param(nnx.initializers.ones, None),
+        bias_init=_param(nnx.initializers.zeros, None),
+        dtype=config.compute_dtype,
+        rngs=rngs,
     )
 
 
@@ -88,7 +112,9 @@ class Block(nnx.Module):
         self.ln2 = _layer_norm(config, rngs)
         self.mlp = MLP(config, rngs=rngs)
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None) -> jax.Array:
+    def __call__(
+        self, x: jax.Array, segment_ids: jax.Array | None, rngs: nnx.Rngs | None
+    ) -> jax.Array:
         x = x + self.attn(self.ln1(x), segment_ids, rngs)
         return x + self.mlp(self.ln2(x), rngs)
 
@@ -100,19 +126,26 @@ class GPT(nnx.Module):
         # The vocabulary is padded to a multiple of 128 (nanoGPT's 50304): faster matmuls, and the
         # padded ids never occur as targets, so the model learns to give them no probability.
         self.wte = nnx.Embed(
-            config.padded_vocab_size, config.width, embedding_init=_param(_INIT, MODEL, fsdp),
-            dtype=config.compute_dtype, rngs=rngs,
+            config.padded_vocab_size,
+            config.width,
+            embedding_init=_param(_INIT, MODEL, fsdp),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         self.wpe = nnx.Embed(
-            config.max_seq_len, config.width, embedding_init=_param(nnx.initializers.normal(0.01), None, fsdp),
-            dtype=config.compute_dtype, rngs=rngs,
+            config.max_seq_len,
+            config.width,
+            embedding_init=_param(nnx.initializers.normal(0.01), None, fsdp),
+            dtype=config.compute_dtype,
+            rngs=rngs,
         )
         self.dropout = nnx.Dropout(config.dropout)
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
         self.ln_f = _layer_norm(config, rngs)
 
     def __call__(self, tokens: jax.Array, **kwargs) -> jax.Array:
-        """Logits (B, T, padded vocab) in float32 for token ids (B, T); `kwargs` as `features` takes them."""
+        """Logits (B, T, padded vocab) in float32 for token ids (B, T); `kwargs` as `features` takes
+        them."""
         return self.logits(self.features(tokens, **kwargs))
 
     def features(
@@ -138,10 +171,14 @@ class GPT(nnx.Module):
         """
         b, t = tokens.shape
         if t > self.config.max_seq_len:
-            raise ValueError(f"sequence of {t} tokens is longer than max_seq_len {self.config.max_seq_len}")
+            raise ValueError(
+                f"sequence of {t} tokens is longer than max_seq_len {self.config.max_seq_len}"
+            )
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-        x = self.dropout(self.wte(tokens) + self.wpe(positions), deterministic=rngs is None, rngs=rngs)
+        x = self.dropout(
+            self.wte(tokens) + self.wpe(positions), deterministic=rngs is None, rngs=rngs
+        )
         if remat not in REMAT_POLICIES:
             raise SettingError("remat", remat, f"must be one of {REMAT_POLICIES}")
         run = Block.__call__ if remat == "none" else nnx.remat(Block.__call__, policy=_SAVED[remat])

@@ -37,11 +37,11 @@ MIDDLES = (
     "{Pro} found a {adj2} {object} under a tree.",
     "{Pro} saw a {animal2} that looked {feeling}.",
     "{Pro} wanted to show the {object} to {pos} {relative}.",
-    "The {animal2} said, \"Can I play with you?\"",
+    'The {animal2} said, "Can I play with you?"',
     "{name} and the {animal2} played with the {object} all day.",
     "Then the wind blew the {object} away, and {name} felt {feeling}.",
     "{Pro} ran to the {place2} to look for the {object}.",
-    "{Pos} {relative} said, \"Be careful, {name}!\"",
+    '{Pos} {relative} said, "Be careful, {name}!"',
     "{name} shared the {object} with the {animal2}.",
     "They laughed and sang a song about the {weather} day.",
 )
@@ -50,7 +50,7 @@ ENDINGS = (
     "From that day on, {name} and the {animal2} were best friends.",
     "{name} learned that sharing makes everyone happy.",
     "{Pos} {relative} gave {obj} a big hug, and they all smiled.",
-    "The sun went down, and {name} said, \"This was the best day ever!\"",
+    'The sun went down, and {name} said, "This was the best day ever!"',
 )
 
 
@@ -108,11 +108,18 @@ def write_corpus(path: str, num_stories: int, seed: int = 0) -> None:
 
 
 def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Write the embedded TinyStories-style corpus.",
-                                formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Write the embedded TinyStories-style corpus.",
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--output", required=True, help="text file to write")
-    p.add_argument("--stories", dest="num_stories", type=int, default=50_000, help="how many stories")
-    p.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes on any machine")
+    p.add_argument(
+        "--stories", dest="num_stories", type=int, default=50_000, help="how many stories"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="the same seed writes the same bytes on any machine"
+    )
     return p
 
 

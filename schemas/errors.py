@@ -37,7 +37,8 @@ class UserError(Exception):
 
 
 class UsageError(UserError):
-    """A command asked for what it cannot do: a bad flag, setting or config file. Nothing has run."""
+    """A command asked for what it cannot do: a bad flag, setting or config file. Nothing has
+    run."""
 
     exit_status = USAGE_STATUS
 
@@ -53,10 +54,12 @@ class SettingError(UsageError, ValueError):
 
     `setting` is the setting at fault and `value` its value; `reason` completes the sentence
     ("must be in [0, 1)") and may name other settings whose values take part, given as keyword
-    arguments, by `{name}`: `SettingError("width", 100, "must be divisible by {num_heads}", num_heads=3)`.
-    `str()` names settings as the code does, grain's style (`validation_fraction must be in [0, 1)
-    (got validation_fraction=1.5)`); `told(flags)` names them by their flags, as the command
-    runner shows it (`--validation-fraction must be in [0, 1), got 1.5`).
+    arguments, by `{name}`:
+    `SettingError("width", 100, "must be divisible by {num_heads}", num_heads=3)`. `str()` names
+    settings as the code does, grain's style
+    (`validation_fraction must be in [0, 1) (got validation_fraction=1.5)`); `told(flags)` names
+    them by their flags, as the command runner shows it
+    (`--validation-fraction must be in [0, 1), got 1.5`).
     """
 
     def __init__(self, setting: str, value: Any, reason: str, **others: Any):
@@ -65,7 +68,11 @@ class SettingError(UsageError, ValueError):
 
     def __reduce__(self):
         # Rebuilt from its parts, as worker processes send errors back pickled.
-        return functools.partial(type(self), **self.others), (self.setting, self.value, self.reason), self.__dict__
+        return (
+            functools.partial(type(self), **self.others),
+            (self.setting, self.value, self.reason),
+            self.__dict__,
+        )
 
     @property
     def values(self) -> dict[str, Any]:
@@ -77,10 +84,20 @@ class SettingError(UsageError, ValueError):
         fault has one there, else as the code names them."""
         as_flags = self.setting in flags
         named = {name: flags.get(name, name) if as_flags else name for name in self.values}
-        reason = self.reason.format(**{name: named[name] for name in self.others}) if self.others else self.reason
+        reason = (
+            self.reason.format(**{name: named[name] for name in self.others})
+            if self.others
+            else self.reason
+        )
         said = f"{named[self.setting]} {reason}"
         if not as_flags:
-            return f"{said} (got " + ", ".join(f"{name}={value!r}" for name, value in self.values.items()) + ")"
+            return (
+                f"{said} (got "
+                + ", ".join(f"{name}={value!r}" for name, value in self.values.items())
+                + ")"
+            )
         if not self.others:
             return f"{said}, got {self.value!r}"
-        return f"{said}, got " + ", ".join(f"{named[name]} {value!r}" for name, value in self.values.items())
+        return f"{said}, got " + ", ".join(
+            f"{named[name]} {value!r}" for name, value in self.values.items()
+        )

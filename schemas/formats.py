@@ -14,8 +14,8 @@ MANIFEST_VERSION = 6
 # loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
 # Version 5 added the cleaning stage's common-text rule, near-dedup parameters and id field to the
 # config, and each eval file's examples, n-grams and common n-grams: records are as in version 4.
-# Version 6 added `tokenizer_copy` (the directory keeps the tokenizer files it was prepared with) and
-# each input's documents and tokens.
+# Version 6 added `tokenizer_copy` (the directory keeps the tokenizer files it was prepared with)
+# and each input's documents and tokens.
 READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
@@ -41,7 +41,8 @@ SPLITS = ("train", "validation")
 
 # The loader's checkpointed state is a position in its plan of batches; the version says which plan.
 # Version 2 draws rows from the whole epoch (version 1 cut them from a stream of whole records) and
-# mixes sources per row or piece: the same position means other batches, so another version is refused.
+# mixes sources per row or piece: the same position means other batches, so another version is
+# refused.
 LOADER_STATE_VERSION = 2
 SHARD_STEM = "data.array_record"
 

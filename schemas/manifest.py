@@ -37,11 +37,12 @@ class TokenizerInfo:
     boundary: str = ""
 
     def __post_init__(self) -> None:
-        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its own.
+        # Readers find a document's end by `eot_id`: a BOS equal to it would end a document of its
+        # own.
         if self.bos_id is not None and self.bos_id == self.eot_id:
             raise ValueError(
-                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents cannot be told apart; "
-                "prepare the data again with --bos-token none"
+                f"the tokenizer's BOS id is its end-of-text id ({self.bos_id}), so documents "
+                "cannot be told apart; prepare the data again with --bos-token none"
             )
 
 
@@ -55,7 +56,10 @@ class TokenizerCopy:
 
     def __post_init__(self) -> None:
         if self.load_as not in self.files:
-            raise ValueError(f"the tokenizer copy's load_as {self.load_as!r} is not one of its files {sorted(self.files)}")
+            raise ValueError(
+                f"the tokenizer copy's load_as {self.load_as!r} is not one of its files "
+                f"{sorted(self.files)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +125,8 @@ class Manifest:
     totals: dict[str, SplitTotals]
     package_versions: dict[str, str]
     hub_revisions: dict[str, str] = dataclasses.field(default_factory=dict)
-    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate, contaminated;
-    # any later stage adds its own reasons).
+    # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate,
+    # contaminated; any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()
     # None for a tiktoken encoding named by its name, which loads from the name alone.
@@ -156,7 +160,9 @@ class Manifest:
             hub_revisions=dict(data["hub_revisions"]),
             removed=dict(data.get("removed", {})),
             eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
-            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"]) if data.get("tokenizer_copy") else None,
+            tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"])
+            if data.get("tokenizer_copy")
+            else None,
             format=data["format"],
             version=data["version"],
         )
@@ -186,7 +192,8 @@ def validate(data: Any) -> None:
         if data.get("version") not in formats.READABLE_MANIFEST_VERSIONS:
             raise ManifestError(
                 f"manifest version {data.get('version')!r} is not supported by this reader "
-                f"(expected one of {formats.READABLE_MANIFEST_VERSIONS}); prepare the data again or upgrade"
+                f"(expected one of {formats.READABLE_MANIFEST_VERSIONS}); prepare the data again "
+                "or upgrade"
             )
     try:
         jsonschema.validate(data, JSON_SCHEMA)

@@ -56,12 +56,20 @@ JSON_SCHEMA: dict[str, Any] = {
                 }
             ),
             "dtype": {"enum": ["uint16", "uint32"]},
-            "config": json_schema(PrepareConfig, oldest_version=formats.READABLE_MANIFEST_VERSIONS[0]),
+            "config": json_schema(
+                PrepareConfig, oldest_version=formats.READABLE_MANIFEST_VERSIONS[0]
+            ),
             "inputs": {
                 "type": "array",
                 "items": _object(
-                    {"path": _STR, "format": {"enum": list(FILE_FORMATS)}, "size": _INT, "digest": _SHA256,
-                     "documents": _OPTIONAL_INT, "tokens": _OPTIONAL_INT},
+                    {
+                        "path": _STR,
+                        "format": {"enum": list(FILE_FORMATS)},
+                        "size": _INT,
+                        "digest": _SHA256,
+                        "documents": _OPTIONAL_INT,
+                        "tokens": _OPTIONAL_INT,
+                    },
                     required=["path", "format", "size", "digest"],
                 ),
             },
@@ -87,7 +95,13 @@ JSON_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "propertyNames": {"enum": list(formats.SPLITS)},
                 "additionalProperties": _object(
-                    {"shards": _INT, "records": _INT, "documents": _INT, "tokens": _INT, "bytes": _INT}
+                    {
+                        "shards": _INT,
+                        "records": _INT,
+                        "documents": _INT,
+                        "tokens": _INT,
+                        "bytes": _INT,
+                    }
                 ),
             },
             "package_versions": {"type": "object", "additionalProperties": _STR},
@@ -96,8 +110,14 @@ JSON_SCHEMA: dict[str, Any] = {
             "eval_files": {
                 "type": "array",
                 "items": _object(
-                    {"path": _STR, "sha256": _SHA256, "removed": _INT, "examples": _INT, "ngrams": _INT,
-                     "common_ngrams": _INT},
+                    {
+                        "path": _STR,
+                        "sha256": _SHA256,
+                        "removed": _INT,
+                        "examples": _INT,
+                        "ngrams": _INT,
+                        "common_ngrams": _INT,
+                    },
                     required=["path", "sha256", "removed"],
                 ),
             },
@@ -107,14 +127,30 @@ JSON_SCHEMA: dict[str, Any] = {
                     _object(
                         {
                             "load_as": {"type": "string", "pattern": _COPY_PATH},
-                            "files": {"type": "object", "propertyNames": {"pattern": _COPY_PATH},
-                                      "additionalProperties": _SHA256},
+                            "files": {
+                                "type": "object",
+                                "propertyNames": {"pattern": _COPY_PATH},
+                                "additionalProperties": _SHA256,
+                            },
                         }
                     ),
                 ]
             },
         },
-        required=["format", "version", "tokenizer", "dtype", "config", "inputs", "num_units", "shards",
-                  "skipped", "counts", "totals", "package_versions", "hub_revisions"],
+        required=[
+            "format",
+            "version",
+            "tokenizer",
+            "dtype",
+            "config",
+            "inputs",
+            "num_units",
+            "shards",
+            "skipped",
+            "counts",
+            "totals",
+            "package_versions",
+            "hub_revisions",
+        ],
     ),
 }

@@ -49,69 +49,130 @@ class PrepareConfig:
     """Everything that decides the output of `prepare`. Runner options are not part of it."""
 
     tokenizer: str = setting(
-        "gpt2", "tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml); a "
-        "hub model as hf:ORG/NAME[@REVISION]")
-    format: str | None = setting(None, "input format", choices=INPUT_FORMATS, unset="from the file name")
+        "gpt2",
+        "tiktoken name, tokenizer.json (or its directory), or a tiktoken spec file (.json/.toml); "
+        "a hub model as hf:ORG/NAME[@REVISION]",
+    )
+    format: str | None = setting(
+        None, "input format", choices=INPUT_FORMATS, unset="from the file name"
+    )
     text_field: str = setting("text", "the field or column holding the text (JSONL, Parquet, hf)")
     # Named with each removed document in removals.jsonl, where a JSONL record or a row has it.
     id_field: str = setting(
-        "id", "field or column naming each record, given with every removed document in removals.jsonl",
-        since=_CLEANING_PARAMETERS)
+        "id",
+        "field or column naming each record, given with every removed document in removals.jsonl",
+        since=_CLEANING_PARAMETERS,
+    )
     separator: str = setting(DEFAULT_SEPARATOR, "document separator line (text format)")
     validation_fraction: float = setting(
-        0.0, "share of documents in the validation split, chosen by a hash of each document", minimum=0, below=1)
+        0.0,
+        "share of documents in the validation split, chosen by a hash of each document",
+        minimum=0,
+        below=1,
+    )
     seed: int = setting(0, "salts the split hash and unit shuffles")
     unit_bytes: int = setting(DEFAULT_UNIT_BYTES, "target input bytes per unit", minimum=4096)
     record_tokens: int = setting(
-        DEFAULT_RECORD_TOKENS, "tokens per ArrayRecord record, the loader's unit of reading", minimum=16)
+        DEFAULT_RECORD_TOKENS,
+        "tokens per ArrayRecord record, the loader's unit of reading",
+        minimum=16,
+    )
     max_document_bytes: int = setting(
-        DEFAULT_MAX_DOCUMENT_BYTES, "longer documents are cut into pieces at a whitespace", minimum=1024)
+        DEFAULT_MAX_DOCUMENT_BYTES,
+        "longer documents are cut into pieces at a whitespace",
+        minimum=1024,
+    )
     skip_bad_files: bool = setting(False, "record unreadable inputs as skipped")
     hf_split: str = setting("train", "Hugging Face dataset split to read")
-    hf_name: str | None = setting(None, "Hugging Face dataset config name", unset="the dataset's default")
-    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a special
-    # token put before / after each document; bos_token "none" puts none.
+    hf_name: str | None = setting(
+        None, "Hugging Face dataset config name", unset="the dataset's default"
+    )
+    # Override the tokenizer's document boundary rule (pipeline/tokenization/boundaries.py): a
+    # special token put before / after each document; bos_token "none" puts none.
     bos_token: str | None = setting(
-        None, "special token before each document ('none': no BOS)", unset="the tokenizer's rule")
-    eos_token: str | None = setting(None, "special token after each document", unset="the tokenizer's rule")
+        None, "special token before each document ('none': no BOS)", unset="the tokenizer's rule"
+    )
+    eos_token: str | None = setting(
+        None, "special token after each document", unset="the tokenizer's rule"
+    )
     dedup: str = setting(
-        "none", "remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the first "
-        "copy is kept", choices=DEDUP_MODES)
-    # A list, as JSON reads it back; local paths are made absolute, so the config names them anywhere.
+        "none",
+        "remove exact duplicates (normalized text), or exact and near duplicates (MinHash); the "
+        "first copy is kept",
+        choices=DEDUP_MODES,
+    )
+    # A list, as JSON reads it back; local paths are made absolute, so the config names them
+    # anywhere.
     decontaminate: list[str] = setting(
-        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a word n-gram "
-        "with any of their examples", default_factory=list, metavar="PATH[,PATH...]")
+        help="eval files (JSONL, JSON, Parquet, text; .gz/.zst too): remove documents sharing a "
+        "word n-gram with any of their examples",
+        default_factory=list,
+        metavar="PATH[,PATH...]",
+    )
     decontaminate_ngram: int = setting(
-        DEFAULT_DECONTAMINATE_NGRAM, "words per n-gram for --decontaminate", minimum=1)
+        DEFAULT_DECONTAMINATE_NGRAM, "words per n-gram for --decontaminate", minimum=1
+    )
     decontaminate_max_matches: int = setting(
-        DEFAULT_DECONTAMINATE_MAX_MATCHES, "an eval n-gram in more documents than this is common text and "
-        "removes none (listed in common_ngrams.jsonl)", minimum=1, since=_CLEANING_PARAMETERS)
+        DEFAULT_DECONTAMINATE_MAX_MATCHES,
+        "an eval n-gram in more documents than this is common text and "
+        "removes none (listed in common_ngrams.jsonl)",
+        minimum=1,
+        since=_CLEANING_PARAMETERS,
+    )
     near_ngram: int = setting(
-        DEFAULT_NEAR_NGRAM, "words per shingle for --dedup near", minimum=1, since=_CLEANING_PARAMETERS)
+        DEFAULT_NEAR_NGRAM,
+        "words per shingle for --dedup near",
+        minimum=1,
+        since=_CLEANING_PARAMETERS,
+    )
     near_bands: int = setting(
-        DEFAULT_NEAR_BANDS, "MinHash bands for --dedup near", minimum=1, since=_CLEANING_PARAMETERS)
+        DEFAULT_NEAR_BANDS, "MinHash bands for --dedup near", minimum=1, since=_CLEANING_PARAMETERS
+    )
     near_rows: int = setting(
-        DEFAULT_NEAR_ROWS, "MinHash rows per band for --dedup near (similarity threshold about "
-        "(1/bands)^(1/rows))", minimum=1, since=_CLEANING_PARAMETERS)
+        DEFAULT_NEAR_ROWS,
+        "MinHash rows per band for --dedup near (similarity threshold about (1/bands)^(1/rows))",
+        minimum=1,
+        since=_CLEANING_PARAMETERS,
+    )
     # Quality filters, in the order they run, and their parameters by filter name (keyword arguments
     # of datatrove's classes); a document longer than filter_max_document_bytes is removed unread.
     filters: list[str] = setting(
         help=f"quality filters (datatrove's), run in this order on whole documents before dedup: "
-        f"{', '.join(FILTER_NAMES)}", default_factory=list, flag="--filter", parse=comma_list,
-        metavar="NAME[,NAME...]", choices=FILTER_NAMES, since=_CLEANING_PARAMETERS)
+        f"{', '.join(FILTER_NAMES)}",
+        default_factory=list,
+        flag="--filter",
+        parse=comma_list,
+        metavar="NAME[,NAME...]",
+        choices=FILTER_NAMES,
+        since=_CLEANING_PARAMETERS,
+    )
     filter_params: dict[str, dict[str, Any]] = setting(
-        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as JSON), e.g. "
-        "gopher-quality.min_doc_words=30; repeatable", default_factory=dict, flag="--filter-param", repeat=True,
-        metavar="NAME.KEY=VALUE", choices=FILTER_NAMES, since=_CLEANING_PARAMETERS)
+        help="a filter's parameter, a keyword argument of its datatrove class (VALUE read as "
+        "JSON), e.g. gopher-quality.min_doc_words=30; repeatable",
+        default_factory=dict,
+        flag="--filter-param",
+        repeat=True,
+        metavar="NAME.KEY=VALUE",
+        choices=FILTER_NAMES,
+        since=_CLEANING_PARAMETERS,
+    )
     filter_max_document_bytes: int = setting(
-        DEFAULT_MAX_DOCUMENT_BYTES, "longer documents are removed (filter:too_long) instead of being held whole "
-        "for the filters", minimum=1024, since=_CLEANING_PARAMETERS)
+        DEFAULT_MAX_DOCUMENT_BYTES,
+        "longer documents are removed (filter:too_long) instead of being held whole "
+        "for the filters",
+        minimum=1024,
+        since=_CLEANING_PARAMETERS,
+    )
 
     def __post_init__(self) -> None:
         check(self)
         if self.near_bands * self.near_rows > MAX_NEAR_HASHES:
-            raise SettingError("near_bands", self.near_bands, f"times {{near_rows}} must be at most {MAX_NEAR_HASHES} hashes",
-                               near_rows=self.near_rows)
+            raise SettingError(
+                "near_bands",
+                self.near_bands,
+                f"times {{near_rows}} must be at most {MAX_NEAR_HASHES} hashes",
+                near_rows=self.near_rows,
+            )
         if not self.separator.strip() or "\n" in self.separator:
             raise SettingError("separator", self.separator, "must be one non-blank line")
         if not self.text_field:

@@ -45,7 +45,8 @@ def decode_record(record: bytes, dtype_name: str) -> np.ndarray:
 
 
 def record_bounds(lengths: list[int], record_tokens: int) -> list[int]:
-    """Offsets cutting the concatenated documents, of these lengths, into records (the rule above)."""
+    """Offsets cutting the concatenated documents, of these lengths, into records (the rule
+    above)."""
     bounds = [0]
     position, used = 0, 0
     for length in lengths:

@@ -70,12 +70,19 @@ class Setting:
     launch: str | None = None
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
-            **declared: Any) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    **declared: Any,
+) -> Any:
     """A dataclass field declaring a setting (see `Setting` for the keywords)."""
     if not help:
         raise ValueError("a setting needs its help")
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={_KEY: Setting(help, **declared)})
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={_KEY: Setting(help, **declared)}
+    )
 
 
 def declared(cls: type) -> list[tuple[dataclasses.Field, Setting]]:
@@ -152,7 +159,9 @@ def json_schema(cls: type, *, oldest_version: int) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {field.name: _schema(annotations[field.name], s) for field, s in fields},
-        "required": [field.name for field, s in fields if s.since is None or s.since <= oldest_version],
+        "required": [
+            field.name for field, s in fields if s.since is None or s.since <= oldest_version
+        ],
         "additionalProperties": False,
     }
 
@@ -176,8 +185,10 @@ def _schema(annotation: Any, s: Setting) -> dict[str, Any]:
     if base is Any:
         return {}
     if base not in _JSON_TYPES:
-        raise TypeError(f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, str, "
-                        "a list or a dict of them")
+        raise TypeError(
+            f"no JSON Schema for {annotation}; declare the setting's type as bool, int, float, "
+            "str, a list or a dict of them"
+        )
     if s.choices is not None:
         return {"enum": [*s.choices, *[None] * nullable]}
     kind = _JSON_TYPES[base]

@@ -42,5 +42,12 @@ def stories_dataset(tmp_path_factory) -> str:
 
     root = tmp_path_factory.mktemp("stories")
     write_corpus(str(root / "stories.txt"), 400, seed=5)
-    run_prepare([str(root / "stories.txt")], str(root / "out"), "--validation-fraction", "0.1", "--record-tokens", "512")
+    run_prepare(
+        [str(root / "stories.txt")],
+        str(root / "out"),
+        "--validation-fraction",
+        "0.1",
+        "--record-tokens",
+        "512",
+    )
     return str(root / "out")

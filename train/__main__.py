@@ -10,10 +10,14 @@ import sys
 
 if __name__ == "__main__":
     # `python -m` puts the working directory first on sys.path, where a user's own `model.py` or
-    # `pipeline.py` would stand in for this project's packages: they are looked up where it is installed.
-    if sys.path and sys.path[0] == os.getcwd() != os.path.dirname(os.path.dirname(os.path.abspath(__file__))):
+    # `pipeline.py` would stand in for this project's packages: they are looked up where it is
+    # installed.
+    if sys.path and sys.path[0] == os.getcwd() != os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))
+    ):
         del sys.path[0]
-    # First: a Ctrl-C from here on is one line and status 130, held back while modules load (commands.py).
+    # First: a Ctrl-C from here on is one line and status 130, held back while modules load
+    # (commands.py).
     from pipeline.cli import interrupts
 
     interrupts.install(deferred=True)

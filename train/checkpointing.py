@@ -47,11 +47,14 @@ class _OrbaxBackground(logging.Filter):
 
 
 def _without_closed_loop_writes(hook):
-    """`hook` (an unraisable hook) but for the writes that TensorStore finishes after a failed save's
-    event loop closed: each one an unraisable `RuntimeError: Event loop is closed`."""
+    """`hook` (an unraisable hook) but for the writes that TensorStore finishes after a failed
+    save's event loop closed: each one an unraisable `RuntimeError: Event loop is closed`."""
 
     def unraisable(unraisable) -> None:
-        if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+        if not (
+            isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"
+        ):
             hook(unraisable)
 
     unraisable.without_closed_loop_writes = True
@@ -75,8 +78,9 @@ def _quiet_failures() -> Iterator[None]:
 
 
 def _quiet_failed_writes_from_now_on() -> None:
-    """Once a save failed, for the rest of the process: TensorStore finishes its writes whenever they
-    return, after the checkpointer is closed too (as the run prints its error line and exits)."""
+    """Once a save failed, for the rest of the process: TensorStore finishes its writes whenever
+    they return, after the checkpointer is closed too (as the run prints its error line and
+    exits)."""
     if not getattr(sys.unraisablehook, "without_closed_loop_writes", False):
         sys.unraisablehook = _without_closed_loop_writes(sys.unraisablehook)
 
@@ -96,7 +100,10 @@ class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
             return super().restore(directory, item=item)
         saved = sorted(directory.glob("process_0-of-*.json"))
         if not saved:
-            raise TrainError(f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is incomplete")
+            raise TrainError(
+                f"{directory} holds no loader position (process_0-of-N.json); the checkpoint is "
+                "incomplete"
+            )
         item.set_state(json.loads(saved[0].read_text()))
         return item
 
@@ -136,17 +143,23 @@ class Checkpointer:
         self.every = every
         self.background = in_background() if background is None else background
         self.saved: int | None = None  # the latest step saved (its write finished or in flight)
-        self._unchecked: int | None = None  # a step whose background write is not known to have succeeded
-        self._failed = False  # a save failed: its writes may still return once the checkpointer is closed
+        self._unchecked: int | None = (
+            None  # a step whose background write is not known to have succeeded
+        )
+        self._failed = (
+            False  # a save failed: its writes may still return once the checkpointer is closed
+        )
         self._quiet = contextlib.ExitStack()
         self._quiet.enter_context(_quiet_failures())
-        # The loop says when to save: Orbax's own policy would also save the first step of every start.
+        # The loop says when to save: Orbax's own policy would also save the first step of every
+        # start.
         try:
             self._manager = ocp.CheckpointManager(
                 self.directory,
                 item_names=("state", "data", "feed"),
                 options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep, enable_async_checkpointing=self.background,
+                    max_to_keep=keep,
+                    enable_async_checkpointing=self.background,
                     async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
                 ),
             )
@@ -187,9 +200,11 @@ class Checkpointer:
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
 
-    def save(self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict) -> float:
-        """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position and
-        the feed (writes them, without `background`); returns the seconds spent waiting for the
+    def save(
+        self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict
+    ) -> float:
+        """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position
+        and the feed (writes them, without `background`); returns the seconds spent waiting for the
         previous save to finish writing."""
         began = time.perf_counter()
         self._finish()
@@ -212,15 +227,18 @@ class Checkpointer:
     def restore(
         self, step: int, state: nnx.State, iterator: grain.DatasetIterator, *, data: dict[str, str]
     ) -> tuple[nnx.State, dict]:
-        """The saved state, on the shardings of `state` (a freshly built one), and the saved feed; the
-        iterator is moved to the saved position. Refuses a checkpoint of other `data` (source name ->
-        manifest digest): its position would index another stream of records."""
-        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))["feed"]
+        """The saved state, on the shardings of `state` (a freshly built one), and the saved feed;
+        the iterator is moved to the saved position. Refuses a checkpoint of other `data` (source
+        name -> manifest digest): its position would index another stream of records."""
+        feed = self._manager.restore(step, args=ocp.args.Composite(feed=ocp.args.JsonRestore()))[
+            "feed"
+        ]
         for name, digest in data.items():
             if feed["data"].get(name) != digest:
                 raise TrainError(
-                    f"source {name!r} is not the data the checkpoint at step {step} was trained on: its manifest "
-                    f"changed (prepared again, or another directory); resume on the same data, or use another --workdir"
+                    f"source {name!r} is not the data the checkpoint at step {step} was trained "
+                    "on: its manifest changed (prepared again, or another directory); resume on "
+                    "the same data, or use another --workdir"
                 )
         items = {"state": ocp.args.StandardRestore(state), "data": _PositionRestore(iterator)}
         return self._manager.restore(step, args=ocp.args.Composite(**items))["state"], feed
@@ -229,7 +247,9 @@ class Checkpointer:
         """The model's weights alone: the optimizer state is neither built nor read."""
         target = {"model": nnx.state(model)}
         args = ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+            item=target,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True,
         )
         restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
         nnx.update(model, restored["state"]["model"])

@@ -1,4 +1,5 @@
-"""`tokshards train` trains, `tokshards sample` samples from a run (also `python -m train [sample]`)."""
+"""`tokshards train` trains, `tokshards sample` samples from a run (also
+`python -m train [sample]`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from train.stopping import record_preemption
 
 
 def _multi_host(help: str) -> Any:
-    return setting(None, f"multi-host: {help}", unset="one process",
-                   launch="how the processes of this launch meet; a run resumes on any number of them")
+    return setting(
+        None,
+        f"multi-host: {help}",
+        unset="one process",
+        launch="how the processes of this launch meet; a run resumes on any number of them",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +34,12 @@ class LaunchOptions:
 
     config: str | None = config_file.option("steps = 2000")
     workdir: str | None = setting(
-        None, "checkpoints, metrics and the config; resumes the run it holds", required=True,
-        launch="where the run is; config.json is saved in it, recording it as workdir, free to differ on resume")
+        None,
+        "checkpoints, metrics and the config; resumes the run it holds",
+        required=True,
+        launch="where the run is; config.json is saved in it, recording it as workdir, free to "
+        "differ on resume",
+    )
     coordinator: str | None = _multi_host("host:port of process 0")
     num_processes: int | None = _multi_host("how many processes")
     process_id: int | None = _multi_host("this process's index")
@@ -42,29 +51,48 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     does in a new run."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Train a GPT on a prepared directory. In a workdir that holds a run, settings not\n"
-        "given are the saved run's, and given ones must match it (except --steps, --decay-steps,\n"
-        "--mesh, cadence, --loader-workers, how the step computes (--gradient-accumulation-steps,\n"
-        "--remat) and what the run records (--tensorboard, --profile-*)).",
-        epilog="To sample from a run: `tokshards sample --workdir DIR` (or `python -m train sample`).",
+        description="Train a GPT on a prepared directory. In a workdir that holds a run, settings "
+        "not\ngiven are the saved run's, and given ones must match it (except --steps, "
+        "--decay-steps,\n--mesh, cadence, --loader-workers, how the step computes "
+        "(--gradient-accumulation-steps,\n--remat) and what the run records (--tensorboard, "
+        "--profile-*)).",
+        epilog="To sample from a run: `tokshards sample --workdir DIR` "
+        "(or `python -m train sample`).",
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     add_settings(p, LaunchOptions, title="the run (not part of its config)", resume=True)
     add_settings(p, TrainConfig, title="settings (the workdir's config.json)", resume=True)
-    add_settings(p, ModelFlags, title="the model (config.json's model: the preset's, with these over it)", resume=True)
+    add_settings(
+        p,
+        ModelFlags,
+        title="the model (config.json's model: the preset's, with these over it)",
+        resume=True,
+    )
     return p
 
 
 def sample_parser(prog: str = "tokshards sample") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Continue a prompt with a run's latest checkpoint.",
-                                formatter_class=HelpFormatter)
-    p.add_argument("--workdir", required=True, help="a training run's workdir (tokshards train --workdir)")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Continue a prompt with a run's latest checkpoint.",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--workdir", required=True, help="a training run's workdir (tokshards train --workdir)"
+    )
     p.add_argument("--prompt", default="Once upon a time", help="the text to continue")
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate")
     p.add_argument("--seed", type=int, default=0, help="seeds the sampling")
-    p.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest tokens; 0 for all")
-    p.add_argument("--temperature", type=float, default=0.8, help="divides the logits; lower is more conservative")
+    p.add_argument(
+        "--top-k", type=int, default=40, help="sample among the k likeliest tokens; 0 for all"
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="divides the logits; lower is more conservative",
+    )
     return p
 
 
@@ -98,8 +126,16 @@ def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
     args = sample_parser(prog).parse_args(argv)
     from train.sample import sample
 
-    print(sample(args.workdir, args.prompt, max_tokens=args.max_tokens, seed=args.seed,
-                 top_k=args.top_k or None, temperature=args.temperature))
+    print(
+        sample(
+            args.workdir,
+            args.prompt,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            top_k=args.top_k or None,
+            temperature=args.temperature,
+        )
+    )
     return 0
 
 
@@ -125,15 +161,24 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
         raise TrainError(f"{e.strerror}: {e.filename}" if e.filename else str(e)) from None
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if result.get("already") and result["process_index"] == 0:
-        past = f", past --steps {config.steps}" if result["step"] > config.steps else f" of {config.steps}"
-        print(f"train: already at step {result['step']}{past}; nothing to train (--steps sets a later end)")
+        past = (
+            f", past --steps {config.steps}"
+            if result["step"] > config.steps
+            else f" of {config.steps}"
+        )
+        print(
+            f"train: already at step {result['step']}{past}; nothing to train "
+            "(--steps sets a later end)"
+        )
     if "profile" in result:
         print(f"profile: {result['profile']} (TensorBoard's profile plugin, XProf or Perfetto)")
     if "tensorboard" in result:
         print(f"tensorboard: tensorboard --logdir {result['tensorboard']}")
     if "plot" in result:
-        print(f"final loss {result.get('loss', float('nan')):.4f}"
-              + (f", eval loss {result['eval_loss']:.4f}" if "eval_loss" in result else ""))
+        print(
+            f"final loss {result.get('loss', float('nan')):.4f}"
+            + (f", eval loss {result['eval_loss']:.4f}" if "eval_loss" in result else "")
+        )
         print(f"loss curve: {result['plot']}")
         print(f"checkpoints: {result['checkpoint_dir']}")
     return 0

@@ -28,10 +28,10 @@ def check_shards_agree(groups: list[int], digests: list[bytes], *, step: int) ->
         other, seen = first.setdefault(group, (process, digest))
         if seen != digest:
             raise TrainError(
-                f"processes {other} and {process} feed the same rows of the global batch (data-axis positions "
-                f"from {group}) but read "
-                f"different batches by step {step}; start every process with the same --data, --seed, "
-                "--batch-size, --seq-len and --packing, on the same prepared data"
+                f"processes {other} and {process} feed the same rows of the global batch "
+                f"(data-axis positions from {group}) but read different batches by step {step}; "
+                "start every process with the same --data, --seed, --batch-size, --seq-len and "
+                "--packing, on the same prepared data"
             )
 
 
@@ -61,7 +61,9 @@ def batch_digest(first_rows: list[int], digests: np.ndarray) -> str:
     for first, rows in zip(first_rows, digests):
         for offset, digest in enumerate(rows):
             by_row[first + offset] = int(digest)
-    return hashlib.sha256(np.array([by_row[r] for r in sorted(by_row)], "<i8").tobytes()).hexdigest()
+    return hashlib.sha256(
+        np.array([by_row[r] for r in sorted(by_row)], "<i8").tobytes()
+    ).hexdigest()
 
 
 class FedBatches:
@@ -70,14 +72,23 @@ class FedBatches:
     as one int64 row (`report`) that `settle` reads with every other process's."""
 
     def __init__(self, shards: HostShards, num_sources: int, rows: int):
-        self.group = shards.indices[0]  # position sets are equal or disjoint: the first one names it
+        self.group = shards.indices[
+            0
+        ]  # position sets are equal or disjoint: the first one names it
         self._positions = len(shards.indices)
         self._digest = hashlib.sha256()
         self._source_tokens = np.zeros(num_sources, np.int64)
         self._latest = np.zeros(rows, "<i8")
 
-    def add(self, host_batch: dict[str, np.ndarray], source_tokens: np.ndarray | None = None, *, rows: bool) -> None:
-        """Counts a batch in; `rows`: also digest its rows, for a step whose batch digest is logged."""
+    def add(
+        self,
+        host_batch: dict[str, np.ndarray],
+        source_tokens: np.ndarray | None = None,
+        *,
+        rows: bool,
+    ) -> None:
+        """Counts a batch in; `rows`: also digest its rows, for a step whose batch digest is
+        logged."""
         for name in sorted(host_batch):
             self._digest.update(name.encode())
             self._digest.update(np.ascontiguousarray(host_batch[name]).tobytes())
@@ -87,17 +98,28 @@ class FedBatches:
             self._source_tokens += source_tokens
 
     def report(self) -> np.ndarray:
-        """int64: shard group, first row, running digest, tokens per source, the latest batch's row digests."""
+        """int64: shard group, first row, running digest, tokens per source, the latest batch's row
+        digests."""
         words = np.frombuffer(self._digest.digest()[: 8 * _DIGEST_WORDS], dtype="<i8")
-        first_row = self.group * len(self._latest) // self._positions  # rows are split evenly over positions
-        return np.concatenate(([self.group, first_row], words, self._source_tokens, self._latest)).astype("<i8")
+        first_row = (
+            self.group * len(self._latest) // self._positions
+        )  # rows are split evenly over positions
+        return np.concatenate(
+            ([self.group, first_row], words, self._source_tokens, self._latest)
+        ).astype("<i8")
 
 
 def settle(reports: np.ndarray, num_sources: int, *, step: int) -> tuple[np.ndarray, str]:
     """From every process's `report` (one row each, or one per device: copies agree): checks that
-    processes sharing a shard fed the same batches; returns the global target tokens per source since
-    the run (re)started, and the digest of the latest global batch (`batch_digest`)."""
+    processes sharing a shard fed the same batches; returns the global target tokens per source
+    since the run (re)started, and the digest of the latest global batch (`batch_digest`)."""
     groups = [int(g) for g in reports[:, 0]]
-    check_shards_agree(groups, [row.tobytes() for row in reports[:, 2 : 2 + _DIGEST_WORDS]], step=step)
-    tokens = sum_over_groups(groups, reports[:, 2 + _DIGEST_WORDS : 2 + _DIGEST_WORDS + num_sources])
-    return tokens, batch_digest([int(f) for f in reports[:, 1]], reports[:, 2 + _DIGEST_WORDS + num_sources :])
+    check_shards_agree(
+        groups, [row.tobytes() for row in reports[:, 2 : 2 + _DIGEST_WORDS]], step=step
+    )
+    tokens = sum_over_groups(
+        groups, reports[:, 2 + _DIGEST_WORDS : 2 + _DIGEST_WORDS + num_sources]
+    )
+    return tokens, batch_digest(
+        [int(f) for f in reports[:, 1]], reports[:, 2 + _DIGEST_WORDS + num_sources :]
+    )

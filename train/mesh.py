@@ -16,14 +16,19 @@ from train.errors import TrainUsageError
 
 
 def parse_mesh(text: str) -> tuple[tuple[str, int], ...]:
-    """'data=4,model=2' -> (('data', 4), ('model', 2)); an empty string means all devices on data."""
+    """'data=4,model=2' -> (('data', 4), ('model', 2)); an empty string means all devices on
+    data."""
     if not text:
         return ()
     axes = []
     for part in text.split(","):
         name, _, size = part.partition("=")
         if name.strip() not in (DATA, MODEL) or not size.strip().isdigit():
-            raise SettingError("mesh", text, "must be AXIS=SIZE pairs of the axes data and model, e.g. 'data=4,model=2'")
+            raise SettingError(
+                "mesh",
+                text,
+                "must be AXIS=SIZE pairs of the axes data and model, e.g. 'data=4,model=2'",
+            )
         axes.append((name.strip(), int(size)))
     return tuple(axes)
 
@@ -35,7 +40,11 @@ def make_mesh(axes: tuple[tuple[str, int], ...] = ()) -> jax.sharding.Mesh:
     model = sizes.get(MODEL, 1)
     data = sizes.get(DATA, devices // model)
     if data * model != devices:
-        raise SettingError("mesh", f"data={data},model={model}", f"needs {data * model} devices, and there are {devices}")
+        raise SettingError(
+            "mesh",
+            f"data={data},model={model}",
+            f"needs {data * model} devices, and there are {devices}",
+        )
     return jax.make_mesh((data, model), (DATA, MODEL), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
@@ -56,23 +65,27 @@ class HostShards:
         if not self.indices or list(self.indices) != sorted(set(self.indices)):
             raise ValueError(f"shard indices must be distinct and in order (got {self.indices=})")
         if not 0 <= self.indices[0] <= self.indices[-1] < self.count:
-            raise ValueError(f"shard indices must be in [0, count) (got {self.indices=}, {self.count=})")
+            raise ValueError(
+                f"shard indices must be in [0, count) (got {self.indices=}, {self.count=})"
+            )
 
     @property
     def rows(self) -> tuple[int, int]:
         """The loader shard (index, count) of the rows this process feeds: its positions must be one
-        aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the batch."""
+        aligned run, as `jax.make_mesh` lays processes out, so they are one equal part of the
+        batch."""
         first, size = self.indices[0], len(self.indices)
         if self.indices != tuple(range(first, first + size)) or first % size or self.count % size:
             raise TrainUsageError(
-                f"this process feeds data-axis positions {self.indices} of {self.count}, not one aligned run; "
-                "choose --mesh sizes that give each process whole rows of the mesh"
+                f"this process feeds data-axis positions {self.indices} of {self.count}, not one "
+                "aligned run; choose --mesh sizes that give each process whole rows of the mesh"
             )
         return first // size, self.count // size
 
 
 def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[int, ...]]:
-    """Process index -> the data-axis positions of its devices, from the mesh's grid of process indices.
+    """Process index -> the data-axis positions of its devices, from the mesh's grid of process
+    indices.
 
     Processes that share positions (a model axis spanning them) feed the same rows. The position
     sets must be equal or disjoint, as `jax.make_mesh` lays processes out: then every part of the
@@ -85,8 +98,8 @@ def data_positions(process_grid: np.ndarray, data_axis: int) -> dict[int, tuple[
     groups = set(found.values())
     if sum(len(g) for g in groups) != len(set().union(*groups)):
         raise TrainUsageError(
-            f"processes share only some of their data-axis positions ({found}); choose --mesh sizes "
-            "that give each process whole rows of the mesh"
+            f"processes share only some of their data-axis positions ({found}); choose --mesh "
+            "sizes that give each process whole rows of the mesh"
         )
     return found
 
@@ -99,7 +112,9 @@ def host_shards(mesh: jax.sharding.Mesh) -> HostShards:
     return HostShards(positions[jax.process_index()], mesh.shape[DATA])
 
 
-def global_batch(host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+def global_batch(
+    host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh
+) -> dict[str, jax.Array]:
     """Stitches every process's rows into one array sharded over `data` along the batch.
 
     The global shape is given, not inferred: processes sharing a shard each hold all of its rows.
@@ -112,7 +127,6 @@ def global_batch(host_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> 
         )
         for k, v in host_batch.items()
     }
-
 
 
 def one_row_per_device(row: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:

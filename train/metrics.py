@@ -20,7 +20,14 @@ PLOT_NAME = "loss.png"
 TENSORBOARD_DIR = "tensorboard"
 
 # Peak dense bf16 FLOP/s per device, for MFU; unknown devices (CPUs) report no MFU.
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12, "TPU v5p": 459e12, "TPU v5 lite": 197e12}
+PEAK_FLOPS = {
+    "H100": 989e12,
+    "H200": 989e12,
+    "A100": 312e12,
+    "TPU v4": 275e12,
+    "TPU v5p": 459e12,
+    "TPU v5 lite": 197e12,
+}
 
 
 def peak_flops(device_kind: str) -> float | None:
@@ -62,8 +69,9 @@ class TensorBoardLog:
         from tensorboardX import SummaryWriter
 
         self.directory = os.path.join(workdir, TENSORBOARD_DIR)
-        self._writer = SummaryWriter(self.directory, purge_step=resume_step + 1 if resume_step else None,
-                                     flush_secs=10)
+        self._writer = SummaryWriter(
+            self.directory, purge_step=resume_step + 1 if resume_step else None, flush_secs=10
+        )
 
     def write(self, row: dict) -> None:
         for name, value in row.items():
@@ -107,30 +115,43 @@ def plot_losses(workdir: str) -> str:
 
 def progress_fields(row: dict, names: tuple[str, ...]) -> dict[str, str]:
     """A logged step's row as short fields: loss, learning rate, tokens/s and a mixture's shares."""
-    fields = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tokens/s": format_count(row["tokens_per_s"])}
+    fields = {
+        "loss": f"{row['loss']:.3f}",
+        "lr": f"{row['lr']:.2e}",
+        "tokens/s": format_count(row["tokens_per_s"]),
+    }
     if len(names) > 1:
         fields["mix"] = " ".join(f"{name} {row[f'source_share/{name}']:.2f}" for name in names)
     return fields
 
 
 def progress_line(step: int, total: int, fields: dict[str, str]) -> str:
-    return f"step {step}/{total} | " + " | ".join(f"{name} {value}" for name, value in fields.items())
+    return f"step {step}/{total} | " + " | ".join(
+        f"{name} {value}" for name, value in fields.items()
+    )
 
 
 class PlainProgress:
     """Training progress off a terminal: a plain line for a logged step every 30 seconds or every
-    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and formats),
-    with its metrics, the time so far and the ETA; and a line for every evaluation. A bar's
-    carriage-return updates would reach a log file as one endless line."""
+    tenth of the steps, whichever comes first, and for the last step (prepare's cadence and
+    formats), with its metrics, the time so far and the ETA; and a line for every evaluation. A
+    bar's carriage-return updates would reach a log file as one endless line."""
 
     def __init__(
-        self, *, start: int, total: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        start: int,
+        total: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._total = total
         self._stream = stream or sys.stderr
         self._clock = clock
         self._began = clock()
-        self._first: tuple[int, float] | None = None  # the first logged step: the rate leaves out compiling
+        self._first: tuple[int, float] | None = (
+            None  # the first logged step: the rate leaves out compiling
+        )
         self._cadence = LogCadence(total, done=start, now=self._began)
 
     def row(self, step: int, fields: dict[str, str]) -> None:
@@ -138,7 +159,11 @@ class PlainProgress:
         now = self._clock()
         first, at = self._first = self._first or (step, now)
         if self._cadence.due(step, now, final=step == self._total):
-            eta = format_duration((now - at) / (step - first) * (self._total - step)) if step > first else "?"
+            eta = (
+                format_duration((now - at) / (step - first) * (self._total - step))
+                if step > first
+                else "?"
+            )
             self._line(step, {**fields, "elapsed": format_duration(now - self._began), "ETA": eta})
 
     def eval(self, step: int, fields: dict[str, str]) -> None:
@@ -150,12 +175,19 @@ class PlainProgress:
 
 
 class Display:
-    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on others."""
+    """What the primary process shows: a bar on a terminal, plain lines elsewhere; nothing on
+    others."""
 
     def __init__(self, *, start: int, total: int, names: tuple[str, ...], primary: bool):
         terminal = sys.stderr.isatty()
         self._names = names
-        self._bar = tqdm(initial=start, total=total, disable=not (primary and terminal), unit="step", dynamic_ncols=True)
+        self._bar = tqdm(
+            initial=start,
+            total=total,
+            disable=not (primary and terminal),
+            unit="step",
+            dynamic_ncols=True,
+        )
         self._plain = PlainProgress(start=start, total=total) if primary and not terminal else None
 
     def note(self, text: str) -> None:

@@ -68,5 +68,6 @@ def check_same_everywhere(text: str, what: str) -> None:
     differing = [i for i, row in enumerate(digests) if not np.array_equal(row, digests[0])]
     if differing:
         raise TrainUsageError(
-            f"processes 0 and {differing[0]} were started with different {what}; give every process the same flags"
+            f"processes 0 and {differing[0]} were started with different {what}; give every "
+            "process the same flags"
         )

@@ -54,5 +54,7 @@ class StepProfile:
             return
         self._tracing = False
         jax.profiler.stop_trace()
-        runs = sorted(glob.glob(os.path.join(self.directory, "plugins", "profile", "*")), key=os.path.getmtime)
+        runs = sorted(
+            glob.glob(os.path.join(self.directory, "plugins", "profile", "*")), key=os.path.getmtime
+        )
         self.path = runs[-1] if runs else self.directory

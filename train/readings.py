@@ -33,8 +33,13 @@ class Readings:
         self._pending: list[tuple[int, bool, dict[str, jax.Array]]] = []
         self._clock, self._clock_step = time.perf_counter(), start
         peak = peak_flops(jax.devices()[0].device_kind)
-        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is known.
-        self._mfu_per_token = config.model.flops_per_token(config.seq_len) / (peak * jax.device_count()) if peak else None
+        # Model FLOPs per token over the peak of all devices: MFU per token/s, where the peak is
+        # known.
+        self._mfu_per_token = (
+            config.model.flops_per_token(config.seq_len) / (peak * jax.device_count())
+            if peak
+            else None
+        )
         self.source_tokens = tokens_before
         # (step, loss, gradient norm) of the first step found not finite; nothing is read past it.
         self.diverged: tuple[int, float, float] | None = None
@@ -52,7 +57,11 @@ class Readings:
             values = jax.device_get(metrics)
             health = values["health"]
             if int(health["step"]):  # this step or one before it, read or not, went non-finite
-                self.diverged = (int(health["step"]), float(health["loss"]), float(health["grad_norm"]))
+                self.diverged = (
+                    int(health["step"]),
+                    float(health["loss"]),
+                    float(health["grad_norm"]),
+                )
                 break
             reports = np.ascontiguousarray(values["reports"]).view("<i8")
             fed_tokens, digest = settle(reports, len(config.data), step=step)
@@ -60,7 +69,9 @@ class Readings:
             if not logged:
                 continue
             now = time.perf_counter()  # the step is done: the time since the last reading is real
-            tokens_per_s = config.batch_size * config.seq_len * (step - self._clock_step) / (now - self._clock)
+            tokens_per_s = (
+                config.batch_size * config.seq_len * (step - self._clock_step) / (now - self._clock)
+            )
             self._clock, self._clock_step = now, step
             row = {
                 "step": step,
@@ -74,7 +85,12 @@ class Readings:
                 row["mfu"] = self._mfu_per_token * tokens_per_s
             if len(config.data) > 1:
                 shares = self.source_tokens / max(int(self.source_tokens.sum()), 1)
-                row.update({f"source_share/{name}": float(x) for name, x in zip(config.source_names, shares)})
+                row.update(
+                    {
+                        f"source_share/{name}": float(x)
+                        for name, x in zip(config.source_names, shares)
+                    }
+                )
             rows.append(row)
         return rows
 

@@ -15,8 +15,8 @@ import os
 from etils import epath
 
 from pipeline.tokenization import Tokenizer, load_tokenizer
-from pipeline.tokenization.dataset_copy import copy_spec
 from pipeline.tokenization.boundaries import NO_BOS
+from pipeline.tokenization.dataset_copy import copy_spec
 from schemas.manifest import Manifest, TokenizerInfo
 from train.errors import TrainError
 
@@ -35,7 +35,9 @@ class RunTokenizer:
 
     def __post_init__(self) -> None:
         if not self.load_as:
-            raise ValueError("a run's tokenizer needs the name or path to load it by (got an empty load_as)")
+            raise ValueError(
+                "a run's tokenizer needs the name or path to load it by (got an empty load_as)"
+            )
 
     @classmethod
     def of(cls, manifest: Manifest, data_dir: str) -> RunTokenizer:
@@ -51,13 +53,17 @@ class RunTokenizer:
     def load(self, workdir: str) -> Tokenizer:
         """The tokenizer, checked against the saved identity."""
         path = os.path.join(workdir, self.load_as)
-        tokenizer = load_tokenizer(path if os.path.exists(path) else self.load_as,
-                                   bos_token=self.bos_token, eos_token=self.eos_token)
+        tokenizer = load_tokenizer(
+            path if os.path.exists(path) else self.load_as,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
         found = tokenizer.info.vocab_sha256
         if found != self.info.vocab_sha256:
             raise TrainError(
                 f"tokenizer {self.load_as!r} now has identity {found[:12]}, not the run's "
-                f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the tokenizer the run was trained with"
+                f"{self.info.vocab_sha256[:12]} ({workdir}/{TOKENIZER_NAME}); restore the "
+                "tokenizer the run was trained with"
             )
         return tokenizer
 
@@ -76,9 +82,10 @@ def check_run_tokenizer(workdir: str, tokenizer: RunTokenizer) -> None:
     saved = read_run_tokenizer(workdir)
     if saved is not None and not saved.same_ids(tokenizer):
         raise TrainError(
-            f"the data's tokenizer ({tokenizer.info.name}, identity {tokenizer.info.vocab_sha256[:12]}) is not "
-            f"the run's ({saved.info.name}, identity {saved.info.vocab_sha256[:12]}) in {workdir}; "
-            "train on data prepared with the run's tokenizer, or use another --workdir"
+            f"the data's tokenizer ({tokenizer.info.name}, identity "
+            f"{tokenizer.info.vocab_sha256[:12]}) is not the run's ({saved.info.name}, identity "
+            f"{saved.info.vocab_sha256[:12]}) in {workdir}; train on data prepared with the run's "
+            "tokenizer, or use another --workdir"
         )
 
 
@@ -115,5 +122,7 @@ def load_run_tokenizer(workdir: str) -> tuple[Tokenizer, TokenizerInfo]:
     """The run's tokenizer, checked against the saved identity."""
     saved = read_run_tokenizer(workdir)
     if saved is None:
-        raise TrainError(f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)")
+        raise TrainError(
+            f"{workdir} has no {TOKENIZER_NAME}; train in it first (runs save their tokenizer)"
+        )
     return saved.load(workdir), saved.info

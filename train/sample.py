@@ -24,8 +24,16 @@ def _next_logits(model: GPT, window: jax.Array, position: jax.Array) -> jax.Arra
 
 
 def generate(
-    model: GPT, prompt: list[int], *, max_tokens: int, key: jax.Array, temperature: float, top_k: int | None,
-    vocab_size: int, stop_token: int | None, context: int,
+    model: GPT,
+    prompt: list[int],
+    *,
+    max_tokens: int,
+    key: jax.Array,
+    temperature: float,
+    top_k: int | None,
+    vocab_size: int,
+    stop_token: int | None,
+    context: int,
 ) -> list[int]:
     """Ids after `prompt`, sampled one at a time, each seeing at most the last `context` tokens (the
     `seq_len` the model was trained on: its positions past that were never trained); stops early
@@ -54,7 +62,12 @@ def generate(
 
 
 def sample(
-    workdir: str, prompt: str, *, max_tokens: int = 100, seed: int = 0, top_k: int | None = 40,
+    workdir: str,
+    prompt: str,
+    *,
+    max_tokens: int = 100,
+    seed: int = 0,
+    top_k: int | None = 40,
     temperature: float = 0.8,
 ) -> str:
     """Needs the workdir alone: its config, its tokenizer record and the model's weights."""
@@ -75,8 +88,14 @@ def sample(
     with jax.set_mesh(mesh):
         checkpointer.restore_model(step, model)
         ids = generate(
-            model, start, max_tokens=max_tokens, key=jax.random.key(seed),
-            temperature=temperature, top_k=top_k, vocab_size=info.n_vocab, stop_token=info.eot_id,
+            model,
+            start,
+            max_tokens=max_tokens,
+            key=jax.random.key(seed),
+            temperature=temperature,
+            top_k=top_k,
+            vocab_size=info.n_vocab,
+            stop_token=info.eot_id,
             context=config.seq_len,
         )
     checkpointer.close()

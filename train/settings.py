@@ -4,7 +4,8 @@ A new run takes the preset's and `TrainConfig`'s defaults for what is not given.
 the saved config, and a given setting that decides the computation must equal the saved one; the
 error names the flag, from the settings' declarations. `--steps` may change: the learning-rate
 schedule keeps the saved run's horizon unless `--decay-steps` sets another, and either is said in a
-note. The model's flags are declared here (`ModelFlags`), each with where it lands in the saved config.
+note. The model's flags are declared here (`ModelFlags`), each with where it lands in the saved
+config.
 """
 
 from __future__ import annotations
@@ -26,25 +27,62 @@ class ModelFlags:
     (`saved_as`); None, or off, leaves the preset's."""
 
     width: int | None = setting(
-        None, "override the preset's width (free sizes); the MLP is 4x wide", unset="the preset's",
-        saved_as="model.width")
+        None,
+        "override the preset's width (free sizes); the MLP is 4x wide",
+        unset="the preset's",
+        saved_as="model.width",
+    )
     num_layers: int | None = setting(
-        None, "override the preset's layer count", flag="--layers", unset="the preset's", saved_as="model.num_layers")
+        None,
+        "override the preset's layer count",
+        flag="--layers",
+        unset="the preset's",
+        saved_as="model.num_layers",
+    )
     num_heads: int | None = setting(
-        None, "override the preset's head count", flag="--heads", unset="the preset's", saved_as="model.num_heads")
-    dropout: float | None = setting(None, "dropout rate", unset="the preset's", saved_as="model.dropout")
+        None,
+        "override the preset's head count",
+        flag="--heads",
+        unset="the preset's",
+        saved_as="model.num_heads",
+    )
+    dropout: float | None = setting(
+        None, "dropout rate", unset="the preset's", saved_as="model.dropout"
+    )
     vocab_size: int | None = setting(
-        None, "the model's vocabulary, padded to a multiple of 128", unset="the data's; never smaller",
-        saved_as="model.vocab_size")
-    bf16: bool = setting(False, "compute in bfloat16, parameters stay float32", saved_as="model.dtype")
+        None,
+        "the model's vocabulary, padded to a multiple of 128",
+        unset="the data's; never smaller",
+        saved_as="model.vocab_size",
+    )
+    bf16: bool = setting(
+        False, "compute in bfloat16, parameters stay float32", saved_as="model.dtype"
+    )
     fsdp: bool = setting(False, "also shard parameters along the data axis", saved_as="model.fsdp")
 
 
 # Settings free to differ from the saved run's: they change when or how, not what, is computed.
-_FREE = frozenset({"workdir", "steps", "decay_steps", "mesh", "checkpoint_every", "keep_checkpoints",
-                   "eval_every", "eval_batches", "log_every", "loader_workers", "gradient_accumulation_steps",
-                   "remat", "tensorboard", "profile_steps", "profile_skip_steps"})
-# Settings of one start alone: a resume that does not give them takes the default, not the saved run's.
+_FREE = frozenset(
+    {
+        "workdir",
+        "steps",
+        "decay_steps",
+        "mesh",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "eval_every",
+        "eval_batches",
+        "log_every",
+        "loader_workers",
+        "gradient_accumulation_steps",
+        "remat",
+        "tensorboard",
+        "profile_steps",
+        "profile_skip_steps",
+    }
+)
+# Settings of one start alone: a resume that does not give them takes the default, not the saved
+# run's.
 _THIS_START = ("profile_steps", "profile_skip_steps")
 # The `GPTConfig` field each model flag sets; `bf16` sets `dtype`, as one of these.
 _MODEL_FIELDS = {field.name: s.saved_as.removeprefix("model.") for field, s in declared(ModelFlags)}
@@ -61,15 +99,19 @@ def default(name: str) -> Any:
 
 def resolve(given: Mapping[str, Any], saved: TrainConfig | None) -> tuple[TrainConfig, list[str]]:
     """The run's config and notes on what a resume changes. `given` holds only settings given on the
-    command line or in a config file, by their names in `TrainConfig` or `ModelFlags`, and `workdir`."""
+    command line or in a config file, by their names in `TrainConfig` or `ModelFlags`, and
+    `workdir`."""
     if saved is None:
         return _new_run(given), []
     return _resumed(given, saved)
 
 
 def _model_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
-    overrides = {field: _DTYPES[given[name]] if name == "bf16" else given[name]
-                 for name, field in _MODEL_FIELDS.items() if name in given}
+    overrides = {
+        field: _DTYPES[given[name]] if name == "bf16" else given[name]
+        for name, field in _MODEL_FIELDS.items()
+        if name in given
+    }
     if "width" in given:
         overrides["mlp_width"] = 4 * given["width"]
     return overrides
@@ -77,12 +119,18 @@ def _model_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
 
 def _new_run(given: Mapping[str, Any]) -> TrainConfig:
     if "data" not in given:
-        raise TrainUsageError(f"{given['workdir']} holds no run to resume; {FLAGS['data']} is required to start one")
-    # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made for.
+        raise TrainUsageError(
+            f"{given['workdir']} holds no run to resume; {FLAGS['data']} is required to start one"
+        )
+    # The data's vocabulary unless given: a preset's own size fits only the tokenizer it was made
+    # for.
     vocab = {} if "vocab_size" in given else {"vocab_size": data_vocab_size(given["data"])}
     model = preset(given.get("preset", default("preset")), **{**vocab, **_model_overrides(given)})
     steps = given.get("steps", default("steps"))
-    derived = {"seq_len": model.max_seq_len, "warmup_steps": min(default("warmup_steps"), steps // 10)}
+    derived = {
+        "seq_len": model.max_seq_len,
+        "warmup_steps": min(default("warmup_steps"), steps // 10),
+    }
     fields = {k: v for k, v in given.items() if k in _FIELDS}
     return TrainConfig(model=model, **{**derived, **fields})
 
@@ -118,20 +166,22 @@ def _resumed(given: Mapping[str, Any], saved: TrainConfig) -> tuple[TrainConfig,
                 "drop the flag or use another --workdir"
             )
     config = dataclasses.replace(saved, **{name: default(name) for name in _THIS_START})
-    config = dataclasses.replace(config, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"})
+    config = dataclasses.replace(
+        config, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"}
+    )
     notes = []
     if "decay_steps" in given:
         if given["decay_steps"] != saved.decay_horizon:
             notes.append(
-                f"{FLAGS['decay_steps']} {given['decay_steps']}: the learning-rate schedule's horizon moves from "
-                f"step {saved.decay_horizon} to step {given['decay_steps']}"
+                f"{FLAGS['decay_steps']} {given['decay_steps']}: the learning-rate schedule's "
+                f"horizon moves from step {saved.decay_horizon} to step {given['decay_steps']}"
             )
         config = dataclasses.replace(config, decay_steps=given["decay_steps"])
     elif config.steps != saved.steps:
         after = ", then stays at its minimum" if config.steps > saved.decay_horizon else ""
         notes.append(
-            f"{FLAGS['steps']} {config.steps}: the learning-rate schedule keeps the saved run's horizon at step "
-            f"{saved.decay_horizon}{after}; {FLAGS['decay_steps']} sets another"
+            f"{FLAGS['steps']} {config.steps}: the learning-rate schedule keeps the saved run's "
+            f"horizon at step {saved.decay_horizon}{after}; {FLAGS['decay_steps']} sets another"
         )
         config = dataclasses.replace(config, decay_steps=saved.decay_horizon)
     return config, notes

@@ -39,8 +39,11 @@ def make_optimizer(model: GPT, config: TrainConfig) -> nnx.Optimizer:
     tx = optax.chain(
         optax.clip_by_global_norm(config.grad_clip),
         optax.adamw(
-            functools.partial(learning_rate, config, xp=jnp), b1=0.9, b2=config.beta2,
-            weight_decay=config.weight_decay, mask=_decay_mask,
+            functools.partial(learning_rate, config, xp=jnp),
+            b1=0.9,
+            b2=config.beta2,
+            weight_decay=config.weight_decay,
+            mask=_decay_mask,
         ),
     )
     return nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -52,7 +55,10 @@ def token_losses(
     """Next-token cross entropy at every position, and its weight: 1 for real tokens, 0 for padding
     (segment id 0)."""
     logits = model(
-        batch["inputs"], segment_ids=batch.get("segment_ids"), positions=batch.get("positions"), rngs=rngs,
+        batch["inputs"],
+        segment_ids=batch.get("segment_ids"),
+        positions=batch.get("positions"),
+        rngs=rngs,
         remat=remat,
     )
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
@@ -88,16 +94,27 @@ def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Arra
         rows, rest = x.shape[0], x.shape[1:]
         if rows % (shards * count):
             raise SettingError(
-                "gradient_accumulation_steps", count, f"must divide each data shard's {rows // shards} rows"
+                "gradient_accumulation_steps",
+                count,
+                f"must divide each data shard's {rows // shards} rows",
             )
-        y = x.reshape(shards, count, rows // (shards * count), *rest).swapaxes(0, 1).reshape(count, rows // count, *rest)
-        return y if mesh.empty else jax.lax.with_sharding_constraint(y, jax.sharding.PartitionSpec(None, DATA))
+        y = (
+            x.reshape(shards, count, rows // (shards * count), *rest)
+            .swapaxes(0, 1)
+            .reshape(count, rows // count, *rest)
+        )
+        return (
+            y
+            if mesh.empty
+            else jax.lax.with_sharding_constraint(y, jax.sharding.PartitionSpec(None, DATA))
+        )
 
     return jax.tree.map(split, batch)
 
 
 def healthy() -> dict[str, np.ndarray]:
-    """The record of the first step whose loss or gradient norm was not finite: none yet (step 0)."""
+    """The record of the first step whose loss or gradient norm was not finite: none yet (step
+    0)."""
     return {"step": np.int32(0), "loss": np.float32(0), "grad_norm": np.float32(0)}
 
 
@@ -110,7 +127,9 @@ class Steps:
     (`{"model": ..., "optimizer": ...}`) that checkpoints hold.
     """
 
-    def __init__(self, model: GPT, optimizer: nnx.Optimizer, *, micro_batches: int = 1, remat: str = "none"):
+    def __init__(
+        self, model: GPT, optimizer: nnx.Optimizer, *, micro_batches: int = 1, remat: str = "none"
+    ):
         self._micro_batches = micro_batches
         self._remat = remat
         self._graphdef, state = nnx.split({"model": model, "optimizer": optimizer})
@@ -129,16 +148,22 @@ class Steps:
         return nnx.merge(self._graphdef, self.state(arrays))
 
     def _train(
-        self, arrays: list[jax.Array], batch: dict[str, jax.Array], key: jax.Array, step: jax.Array,
-        reports: jax.Array | None = None, health: dict[str, jax.Array] | None = None,
+        self,
+        arrays: list[jax.Array],
+        batch: dict[str, jax.Array],
+        key: jax.Array,
+        step: jax.Array,
+        reports: jax.Array | None = None,
+        health: dict[str, jax.Array] | None = None,
     ) -> tuple[list[jax.Array], dict[str, jax.Array]]:
         """One AdamW step on a global batch: the new arrays and the step's metrics.
 
-        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks. `reports`
-        (one row per device, sharded over all of them) come back replicated in the metrics: what the
-        processes tell each other about their batches travels with the step, with no collective and
-        no wait of its own. `health` (`healthy()` at first, then the metrics' own) carries the first
-        step whose loss or gradient norm was not finite, for the host to read when it next reads.
+        Dropout draws from `key` folded with `step`, so a resumed run draws the same masks.
+        `reports` (one row per device, sharded over all of them) come back replicated in the
+        metrics: what the processes tell each other about their batches travels with the step, with
+        no collective and no wait of its own. `health` (`healthy()` at first, then the metrics' own)
+        carries the first step whose loss or gradient norm was not finite, for the host to read when
+        it next reads.
         """
         nodes = self.nodes(arrays)
         model, optimizer = nodes["model"], nodes["optimizer"]
@@ -149,25 +174,34 @@ class Steps:
         health = healthy() if health is None else health
         first = (health["step"] == 0) & ~(jnp.isfinite(loss) & jnp.isfinite(grad_norm))
         now = {"step": jnp.int32(step), "loss": loss, "grad_norm": grad_norm}
-        metrics = {"loss": loss, "grad_norm": grad_norm,
-                   "health": jax.tree.map(lambda new, old: jnp.where(first, new, old), now, health)}
+        metrics = {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "health": jax.tree.map(lambda new, old: jnp.where(first, new, old), now, health),
+        }
         if reports is not None:
-            metrics["reports"] = jax.lax.with_sharding_constraint(reports, jax.sharding.PartitionSpec())
+            metrics["reports"] = jax.lax.with_sharding_constraint(
+                reports, jax.sharding.PartitionSpec()
+            )
         return self.flat(nnx.state(nodes)), metrics
 
-    def _gradients(self, model: GPT, batch: dict[str, jax.Array], key: jax.Array | None) -> tuple[jax.Array, nnx.State]:
+    def _gradients(
+        self, model: GPT, batch: dict[str, jax.Array], key: jax.Array | None
+    ) -> tuple[jax.Array, nnx.State]:
         """The mean loss over the batch's real tokens and its gradient, one micro-batch at a time.
 
-        Each micro-batch adds its summed loss and the gradient of it; both are divided by the batch's
-        real tokens at the end, so the result is the whole batch's mean, whatever the split (and
-        with document packing, however the padding falls). Micro-batches run in a `lax.scan`: one
-        micro-batch's activations are alive at a time, and the step compiles once whatever their
+        Each micro-batch adds its summed loss and the gradient of it; both are divided by the
+        batch's real tokens at the end, so the result is the whole batch's mean, whatever the split
+        (and with document packing, however the padding falls). Micro-batches run in a `lax.scan`:
+        one micro-batch's activations are alive at a time, and the step compiles once whatever their
         number. With dropout, micro-batch i draws from `key` folded with i.
         """
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         remat = self._remat
 
-        def summed(params: nnx.State, micro: dict[str, jax.Array], micro_key: jax.Array | None) -> jax.Array:
+        def summed(
+            params: nnx.State, micro: dict[str, jax.Array], micro_key: jax.Array | None
+        ) -> jax.Array:
             rngs = None if micro_key is None else nnx.Rngs(dropout=micro_key)
             losses, weights = token_losses(nnx.merge(graphdef, params, rest), micro, rngs, remat)
             return (losses * weights).sum()
@@ -184,14 +218,18 @@ class Steps:
                 return (carry[0] + loss, jax.tree.map(jnp.add, carry[1], grads)), None
 
             zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-            (loss_sum, grads), _ = jax.lax.scan(add, zeros, (micro_batches(batch, count), jnp.arange(count)))
+            (loss_sum, grads), _ = jax.lax.scan(
+                add, zeros, (micro_batches(batch, count), jnp.arange(count))
+            )
         tokens = jnp.maximum(real_tokens(batch), 1.0)
         return loss_sum / tokens, jax.tree.map(lambda g: g / tokens, grads)
 
-    def _eval(self, arrays: list[jax.Array], batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        """The summed loss over a batch's real tokens and their count: batches add up token-weighted,
-        however much padding each holds. In the train step's micro-batches, so that evaluation fits
-        in the memory training does."""
+    def _eval(
+        self, arrays: list[jax.Array], batch: dict[str, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        """The summed loss over a batch's real tokens and their count: batches add up
+        token-weighted, however much padding each holds. In the train step's micro-batches, so that
+        evaluation fits in the memory training does."""
         model = self.nodes(arrays)["model"]
 
         def totals(micro: dict[str, jax.Array]) -> jax.Array:
@@ -201,5 +239,7 @@ class Steps:
         if self._micro_batches == 1:
             loss_sum, tokens = totals(batch)
         else:
-            loss_sum, tokens = jax.lax.map(totals, micro_batches(batch, self._micro_batches)).sum(axis=0)
+            loss_sum, tokens = jax.lax.map(totals, micro_batches(batch, self._micro_batches)).sum(
+                axis=0
+            )
         return loss_sum, tokens

@@ -28,11 +28,14 @@ class Diverged(RunError):
     wrote before hold the last good state."""
 
     def __init__(self, step: int, loss: float, grad_norm: float, last_checkpoint: int | None):
-        kept = (f"the checkpoint of step {last_checkpoint} is the last good state" if last_checkpoint
-                else "no checkpoint was written")
+        kept = (
+            f"the checkpoint of step {last_checkpoint} is the last good state"
+            if last_checkpoint
+            else "no checkpoint was written"
+        )
         super().__init__(
-            f"step {step}: the loss is {loss:.4g} and the gradient norm {grad_norm:.4g}: training diverged and "
-            f"stops here; {kept} (a lower --learning-rate may help)"
+            f"step {step}: the loss is {loss:.4g} and the gradient norm {grad_norm:.4g}: training "
+            f"diverged and stops here; {kept} (a lower --learning-rate may help)"
         )
 
 
@@ -72,7 +75,8 @@ class Preempted(UserError):
 
 def record_preemption() -> None:
     """From now on, in this process, SIGTERM is recorded for the loop to act on instead of ending
-    the process (in the main thread; JAX's preemption service replaces it in a multi-process run)."""
+    the process (in the main thread; JAX's preemption service replaces it in a multi-process
+    run)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: _notice.set())
 
@@ -83,10 +87,11 @@ def preemption_noticed() -> bool:
 
 
 def preemption_requested(step: int) -> bool:
-    """Whether the run should save and stop after `step`, called before it runs: SIGTERM came to this
-    process, or, in a multi-process run, all processes reached the step JAX's preemption service
-    agreed on. Every process calls it at every step."""
-    from jax.experimental import multihost_utils  # here: the command records SIGTERM before JAX is imported
+    """Whether the run should save and stop after `step`, called before it runs: SIGTERM came to
+    this process, or, in a multi-process run, all processes reached the step JAX's preemption
+    service agreed on. Every process calls it at every step."""
+    # Imported here: the command records SIGTERM before JAX is imported.
+    from jax.experimental import multihost_utils
 
     return _notice.is_set() or multihost_utils.reached_preemption_sync_point(step)
 

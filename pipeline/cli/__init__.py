@@ -1,2 +1,2 @@
-"""Command plumbing that `pipeline` and `train` share: the `tokshards` command, options from declared
-settings, config files, interrupts, log cadence."""
+"""Command plumbing that `pipeline` and `train` share: the `tokshards` command, options from
+declared settings, config files, interrupts, log cadence."""

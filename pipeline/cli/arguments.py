@@ -44,7 +44,11 @@ def add_settings(
         if base is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
-            options["type"] = (readers or {}).get(field.name) or declared.parse or _reader(field.name, base, declared)
+            options["type"] = (
+                (readers or {}).get(field.name)
+                or declared.parse
+                or _reader(field.name, base, declared)
+            )
             if declared.repeat:
                 options["action"] = "append"
             if declared.bare is not None:
@@ -52,12 +56,15 @@ def add_settings(
             if declared.choices is not None and typing.get_origin(base) is None:
                 options["choices"] = declared.choices  # shown as the metavar
             else:
-                options["metavar"] = declared.metavar or flag.removeprefix("--").upper().replace("-", "_")
+                options["metavar"] = declared.metavar or flag.removeprefix("--").upper().replace(
+                    "-", "_"
+                )
         group.add_argument(flag, **options)
 
 
 def _help(declared: settings.Setting, default: Any, resume: bool) -> str:
-    """The declared help and, where argparse would not show it (None), what leaving the option out does."""
+    """The declared help and, where argparse would not show it (None), what leaving the option out
+    does."""
     if declared.unset is not None:
         return f"{declared.help} (default: {declared.unset.format(default=default)})"
     if resume and not declared.required:
@@ -67,7 +74,14 @@ def _help(declared: settings.Setting, default: Any, resume: bool) -> str:
 
 
 def _reader(name: str, annotation: Any, declared: settings.Setting) -> Callable[[str], Any]:
-    base = typing.get_args(annotation)[0] if declared.repeat and typing.get_origin(annotation) is list else annotation
+    base = (
+        typing.get_args(annotation)[0]
+        if declared.repeat and typing.get_origin(annotation) is list
+        else annotation
+    )
     if base in (int, float, str):
         return base
-    raise TypeError(f"setting {name!r} of type {annotation} needs a declared parse= or a reader for its flag's text")
+    raise TypeError(
+        f"setting {name!r} of type {annotation} needs a declared parse= or a reader for its flag's "
+        "text"
+    )

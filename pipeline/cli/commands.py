@@ -39,8 +39,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)` (or
-    the functions named here) define it, and the setup.py extra it needs beyond the base install."""
+    """A subcommand: its one-line summary, the module whose `parser(prog)` and `main(argv, prog)`
+    (or the functions named here) define it, and the setup.py extra it needs beyond the base
+    install."""
 
     summary: str
     module: str
@@ -53,15 +54,31 @@ class Command:
 
 
 COMMANDS = {
-    "prepare": Command("tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"),
-    "verify": Command("re-hash a prepared directory's shards against its manifest", "pipeline.dataset.verify"),
-    "inspect": Command("totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"),
-    "batches": Command("write the batches one host would train on to an .npz", "pipeline.load.batches",
-                       extra="load"),
+    "prepare": Command(
+        "tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"
+    ),
+    "verify": Command(
+        "re-hash a prepared directory's shards against its manifest", "pipeline.dataset.verify"
+    ),
+    "inspect": Command(
+        "totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"
+    ),
+    "batches": Command(
+        "write the batches one host would train on to an .npz",
+        "pipeline.load.batches",
+        extra="load",
+    ),
     "corpus": Command("write the embedded TinyStories-style demo corpus", "pipeline.corpus"),
-    "train": Command("train a GPT on prepared data, or resume a workdir's run", "train.cli", extra="train"),
-    "sample": Command("continue a prompt from a run's latest checkpoint", "train.cli", main="sample_main",
-                      parser="sample_parser", extra="train"),
+    "train": Command(
+        "train a GPT on prepared data, or resume a workdir's run", "train.cli", extra="train"
+    ),
+    "sample": Command(
+        "continue a prompt from a run's latest checkpoint",
+        "train.cli",
+        main="sample_main",
+        parser="sample_parser",
+        extra="train",
+    ),
 }
 # Commands that import Beam.
 _BEAM = ("prepare", "verify", "inspect")
@@ -69,11 +86,12 @@ _OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 
 def parser(prog: str = "tokshards") -> argparse.ArgumentParser:
-    """The top-level parser, for its help and errors; a command's own arguments go to its own parser."""
+    """The top-level parser, for its help and errors; a command's own arguments go to its own
+    parser."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader and a Flax "
-        f"NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
+        description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader "
+        f"and a Flax NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = p.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
@@ -109,7 +127,9 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
         interrupts.settle()
     except UserError as e:
         interrupts.settle()
-        if interrupts.received():  # the failure of an interrupted run: the interrupt is what happened
+        if (
+            interrupts.received()
+        ):  # the failure of an interrupted run: the interrupt is what happened
             return _interrupted(name)
         _tell(name, prog, e)
         return e.exit_status
@@ -117,8 +137,11 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
         extra = COMMANDS[name].extra
         if extra is None or (e.name or "").partition(".")[0] in _OWN_PACKAGES:
             raise
-        print(f"{name}: error: {e.name} is not installed; this command needs the {extra!r} extra: "
-              f"pip install 'tokshards[{extra}]'", file=sys.stderr)
+        print(
+            f"{name}: error: {e.name} is not installed; this command needs the {extra!r} extra: "
+            f"pip install 'tokshards[{extra}]'",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         interrupts.settle()
@@ -142,8 +165,12 @@ def _tell(name: str, prog: str, error: UserError) -> None:
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
     """Each option's setting (its destination) -> its long flag; a switch's positive form."""
     return {
-        action.dest: max(action.option_strings[:1] if isinstance(action, argparse.BooleanOptionalAction)
-                         else action.option_strings, key=len)
+        action.dest: max(
+            action.option_strings[:1]
+            if isinstance(action, argparse.BooleanOptionalAction)
+            else action.option_strings,
+            key=len,
+        )
         for action in parser._actions
         if action.option_strings and action.dest != "help"
     }
@@ -165,7 +192,10 @@ def _interrupted(name: str) -> int:
     start = "\n" if sys.stderr.isatty() else ""  # after the progress line
     if name == "prepare":
         # The job and its workers are stopped on the way out; what they finished stays.
-        print(f"{start}prepare: interrupted; the units done are kept, and a rerun resumes", file=sys.stderr)
+        print(
+            f"{start}prepare: interrupted; the units done are kept, and a rerun resumes",
+            file=sys.stderr,
+        )
     else:
         print(f"{start}{name}: interrupted", file=sys.stderr)
     return INTERRUPTED_STATUS
@@ -174,7 +204,8 @@ def _interrupted(name: str) -> int:
 def exit_now(status: int) -> None:
     """Ends the process. Without JAX loaded, it skips the interpreter's teardown of Beam's and its
     clients' modules (half a second that does nothing: every file is written and closed before a
-    command returns); with JAX, the teardown runs its exit handlers, which leave a multi-host run."""
+    command returns); with JAX, the teardown runs its exit handlers, which leave a multi-host
+    run."""
     if "jax" in sys.modules:
         sys.exit(status)
     logging.shutdown()

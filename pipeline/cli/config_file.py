@@ -32,9 +32,14 @@ class ConfigFileError(UsageError, ValueError):
 def option(example: str) -> Any:
     """The `--config` option of a command's launch options; `example` is a line of such a file."""
     return setting(
-        None, f"read the settings from a TOML file: keys are the flags' names, with dashes or underscores "
-        f"({example}); flags given here override it", metavar="FILE.toml", unset="none",
-        launch="names where the settings were read; what it gives is saved as the flags would save it")
+        None,
+        "read the settings from a TOML file: keys are the flags' names, with dashes or "
+        f"underscores ({example}); flags given here override it",
+        metavar="FILE.toml",
+        unset="none",
+        launch="names where the settings were read; what it gives is saved as the flags would save "
+        "it",
+    )
 
 
 def parse(
@@ -73,20 +78,30 @@ def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigFileError(f"{path}: not TOML: {e}") from None
     actions = {
-        a.option_strings[0].removeprefix("--"): a for a in parser._actions if a.option_strings and a.dest not in (CONFIG, "help")
+        a.option_strings[0].removeprefix("--"): a
+        for a in parser._actions
+        if a.option_strings and a.dest not in (CONFIG, "help")
     }
     values = {}
     for key, value in table.items():
         name = key.replace("_", "-")
         if name not in actions:
             close = difflib.get_close_matches(name, actions, n=1)
-            spelled = [c.replace("-", "_") if "_" in key else c for c in close]  # as the file spells its keys
-            hint = f" (did you mean {spelled[0]!r}?)" if close else f"; the keys are: {', '.join(sorted(actions))}"
+            spelled = [
+                c.replace("-", "_") if "_" in key else c for c in close
+            ]  # as the file spells its keys
+            hint = (
+                f" (did you mean {spelled[0]!r}?)"
+                if close
+                else f"; the keys are: {', '.join(sorted(actions))}"
+            )
             raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
         try:
             given, _ = _given(parser, _tokens(actions[name], value), known=False, raising=True)
         except (argparse.ArgumentError, TypeError) as e:
-            raise ConfigFileError(f"{path}: {key} = {value!r}: {getattr(e, 'message', e)}") from None
+            raise ConfigFileError(
+                f"{path}: {key} = {value!r}: {getattr(e, 'message', e)}"
+            ) from None
         values.update(given)
     return values
 
@@ -100,7 +115,9 @@ def _tokens(action: argparse.Action, value: Any) -> list[str]:
         if isinstance(action, argparse.BooleanOptionalAction):
             return [flag if value else f"--no-{flag.removeprefix('--')}"]
         return [flag] if value == action.const else []
-    items = value if isinstance(action, argparse._AppendAction) and isinstance(value, list) else [value]
+    items = (
+        value if isinstance(action, argparse._AppendAction) and isinstance(value, list) else [value]
+    )
     if any(isinstance(v, (bool, list, dict)) for v in items):
         raise TypeError("expected a string or a number")
     return [f"{flag}={v}" for v in items]

@@ -18,7 +18,11 @@ class LogCadence:
 
     def due(self, done: int, now: float, *, final: bool = False) -> bool:
         """Whether a line is due at `done` units of work; a due line counts as written."""
-        if final or now - self._logged_at >= LOG_EVERY_SECONDS or done - self._logged_done >= self._every:
+        if (
+            final
+            or now - self._logged_at >= LOG_EVERY_SECONDS
+            or done - self._logged_done >= self._every
+        ):
             self._logged_at, self._logged_done = now, done
             return True
         return False

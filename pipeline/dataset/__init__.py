@@ -1,1 +1,2 @@
-"""A prepared directory as a reader sees it: storage, the manifest, integrity, verify and inspect."""
+"""A prepared directory as a reader sees it: storage, the manifest, integrity, verify and
+inspect."""

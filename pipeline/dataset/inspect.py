@@ -1,4 +1,5 @@
-"""`inspect`: what a prepared directory holds, over all of its documents, and its first documents as text.
+"""`inspect`: what a prepared directory holds, over all of its documents, and its first documents \
+as text.
 
 Totals, per-input counts, bytes per token, skips and removals come from the manifest; document
 lengths from the loader's lengths index (`pipeline.load.lengths`), which is built by one read of
@@ -12,8 +13,8 @@ import unicodedata
 
 import numpy as np
 
-from pipeline.dataset import storage
 from pipeline.cli.commands import HelpFormatter
+from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import read_manifest, read_records
 from pipeline.tokenization import TokenizerError
 from pipeline.tokenization.dataset_copy import load_copy
@@ -33,7 +34,8 @@ def printable(text: str) -> str:
     """`text` with control characters (ANSI escapes, carriage returns, bidi overrides) written as
     escapes, so a document cannot recolour the terminal or hide its text; newlines and tabs stay."""
     return "".join(
-        ch if ch in "\n\t" or (unicodedata.category(ch) != "Cc" and ord(ch) not in _BIDI)
+        ch
+        if ch in "\n\t" or (unicodedata.category(ch) != "Cc" and ord(ch) not in _BIDI)
         else ch.encode("unicode_escape").decode("ascii")
         for ch in text
     )
@@ -56,7 +58,9 @@ def length_summary(lengths: np.ndarray) -> str:
         return "  (no documents)"
     values = np.percentile(lengths, PERCENTILES, method="lower")
     listed = ", ".join(f"p{p} {int(v)}" for p, v in zip(PERCENTILES, values))
-    return f"  min {int(lengths.min())}, {listed}, max {int(lengths.max())}, mean {lengths.mean():.1f}"
+    return (
+        f"  min {int(lengths.min())}, {listed}, max {int(lengths.max())}, mean {lengths.mean():.1f}"
+    )
 
 
 def _split_lengths(data_dir: str, manifest: Manifest, split: str):
@@ -64,8 +68,8 @@ def _split_lengths(data_dir: str, manifest: Manifest, split: str):
         from pipeline.load.lengths import SplitLengths
     except ImportError as e:
         raise InspectError(
-            f"document statistics read the loader's lengths index, which needs the load extra ({e.name} is "
-            "missing): pip install 'tokshards[load]'"
+            "document statistics read the loader's lengths index, which needs the load extra "
+            f"({e.name} is missing): pip install 'tokshards[load]'"
         ) from None
     return SplitLengths.of(data_dir, manifest, split)
 
@@ -79,7 +83,11 @@ def _plot(lengths: np.ndarray, path: str, title: str) -> None:
     from matplotlib import pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5))
-    edges = np.unique(np.geomspace(1, max(int(lengths.max()) + 1, 2), 60).astype(int)) if len(lengths) else [1, 2]
+    edges = (
+        np.unique(np.geomspace(1, max(int(lengths.max()) + 1, 2), 60).astype(int))
+        if len(lengths)
+        else [1, 2]
+    )
     axes.hist(lengths, bins=edges)
     axes.set_xscale("log")
     axes.set_xlabel("tokens per document")
@@ -99,59 +107,94 @@ def describe(manifest: Manifest) -> list[str]:
     """The manifest's account of the directory: tokenizer, totals, inputs, skips and removals."""
     info = manifest.tokenizer
     lines = [
-        f"tokenizer {info.name} ({info.library} {info.library_version}, n_vocab {info.n_vocab}), dtype {manifest.dtype}",
+        f"tokenizer {info.name} ({info.library} {info.library_version}, n_vocab {info.n_vocab}), "
+        f"dtype {manifest.dtype}",
         f"documents: {info.boundary or f'end-of-text {info.eot_id} after each'}",
     ]
     for split, t in manifest.totals.items():
-        lines.append(f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} shards, {t.bytes} bytes")
+        lines.append(
+            f"{split}: {t.documents} documents, {t.tokens} tokens, {t.records} records, {t.shards} "
+            f"shards, {t.bytes} bytes"
+        )
     tokens = sum(t.tokens for t in manifest.totals.values())
     size = sum(i.size for i in manifest.inputs)
     if tokens:
-        lines.append(f"input bytes per token: {size / tokens:.3f} ({size} bytes in {len(manifest.inputs)} inputs)")
+        lines.append(
+            f"input bytes per token: {size / tokens:.3f} ({size} bytes in {len(manifest.inputs)} "
+            "inputs)"
+        )
     lines.append("inputs:")
     for item in manifest.inputs:
         if item.documents is None:
             lines.append(f"  {printable(item.path)} ({item.format}, {item.size} bytes)")
             continue
         per_token = f", {item.size / item.tokens:.3f} bytes per token" if item.tokens else ""
-        lines.append(f"  {printable(item.path)} ({item.format}, {item.size} bytes): {item.documents} documents, "
-                     f"{item.tokens} tokens{per_token}")
+        lines.append(
+            f"  {printable(item.path)} ({item.format}, {item.size} bytes): {item.documents} "
+            f"documents, {item.tokens} tokens{per_token}"
+        )
     if manifest.skipped:
-        lines.append("skipped (see rejects.jsonl): " + ", ".join(f"{k} {v}" for k, v in manifest.skipped.items()))
+        lines.append(
+            "skipped (see rejects.jsonl): "
+            + ", ".join(f"{k} {v}" for k, v in manifest.skipped.items())
+        )
     if manifest.removed:
-        lines.append("removed (see removals.jsonl): " + ", ".join(f"{k} {v}" for k, v in manifest.removed.items()))
+        lines.append(
+            "removed (see removals.jsonl): "
+            + ", ".join(f"{k} {v}" for k, v in manifest.removed.items())
+        )
     for e in manifest.eval_files:
-        common = f"; {e.common_ngrams} of its {e.ngrams} n-grams common text (see common_ngrams.jsonl)" if e.common_ngrams else ""
-        lines.append(f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} documents{common}")
+        common = (
+            f"; {e.common_ngrams} of its {e.ngrams} n-grams common text (see common_ngrams.jsonl)"
+            if e.common_ngrams
+            else ""
+        )
+        lines.append(
+            f"  decontaminated against {e.path} (sha256 {e.sha256[:12]}): {e.removed} "
+            f"documents{common}"
+        )
     return lines
 
 
-def _first_documents(data_dir: str, manifest: Manifest, split: str, lengths, count: int) -> list[str]:
+def _first_documents(
+    data_dir: str, manifest: Manifest, split: str, lengths, count: int
+) -> list[str]:
     """The split's first `count` documents as text, read from the records that hold them alone."""
     if count <= 0 or lengths.records == 0:
         return []
-    docs = np.concatenate([d[: count] for d in lengths.docs])[:count].astype(np.int64)
+    docs = np.concatenate([d[:count] for d in lengths.docs])[:count].astype(np.int64)
     needed = int(docs.sum())
     records = int(lengths.runs(np.array([0]), np.array([needed]))[1].max()) + 1
     tokens = np.concatenate(read_records(data_dir, manifest, split, records))[:needed]
     tokenizer = load_copy(data_dir, manifest, storage.read_bytes)
     bos = manifest.tokenizer.bos_id
     out = []
-    for i, (start, end) in enumerate(zip(np.concatenate(([0], np.cumsum(docs)[:-1])), np.cumsum(docs))):
+    for i, (start, end) in enumerate(
+        zip(np.concatenate(([0], np.cumsum(docs)[:-1])), np.cumsum(docs))
+    ):
         ids = tokens[start : end - 1]  # less the end-of-text id
         if bos is not None and len(ids) and ids[0] == bos:
             ids = ids[1:]
-        out.append(f"--- document {i} ({docs[i]} tokens) ---\n{printable(tokenizer.decode(ids.tolist()))}")
+        out.append(
+            f"--- document {i} ({docs[i]} tokens) ---\n{printable(tokenizer.decode(ids.tolist()))}"
+        )
     return out
 
 
 def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("data_dir", help="a prepared directory (the --output of prepare)")
-    p.add_argument("--split", default="train", help="the split whose documents are measured and shown")
+    p.add_argument(
+        "--split", default="train", help="the split whose documents are measured and shown"
+    )
     p.add_argument("--documents", type=int, default=3, help="how many documents to print as text")
-    p.add_argument("--plot", metavar="FILE.png", default=None,
-                   help="write a histogram of the split's document lengths there (needs matplotlib; default: none)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="write a histogram of the split's document lengths there (needs matplotlib; default: "
+        "none)",
+    )
     return p
 
 
@@ -159,10 +202,15 @@ def run(args: argparse.Namespace) -> None:
     manifest = read_manifest(args.data_dir)
     print("\n".join(describe(manifest)))
     if args.split not in manifest.totals:
-        raise SettingError("split", args.split, f"must name a split of {args.data_dir}: {sorted(manifest.totals)}")
+        raise SettingError(
+            "split", args.split, f"must name a split of {args.data_dir}: {sorted(manifest.totals)}"
+        )
     lengths = _split_lengths(args.data_dir, manifest, args.split)
     every = np.concatenate(lengths.docs) if lengths.docs else np.zeros(0, np.uint32)
-    print(f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} documents):")
+    print(
+        f"{args.split} document lengths in tokens, boundary tokens included ({len(every)} "
+        "documents):"
+    )
     print(length_summary(every))
     print("\n".join(histogram(every)))
     if args.plot:

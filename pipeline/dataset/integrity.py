@@ -29,7 +29,10 @@ class ShardProblem:
 
     def __str__(self) -> str:
         if self.kind == "size":
-            return f"wrong size: {self.shard.path} ({self.size} bytes, manifest says {self.shard.bytes})"
+            return (
+                f"wrong size: {self.shard.path} ({self.size} bytes, manifest says "
+                f"{self.shard.bytes})"
+            )
         return f"{'missing' if self.kind == 'missing' else 'wrong sha256'}: {self.shard.path}"
 
 

@@ -16,12 +16,15 @@ from schemas.records import decode_record
 def read_manifest(data_dir: str) -> Manifest:
     path = storage.join(data_dir, formats.MANIFEST_NAME)
     if not storage.exists(path):
-        raise ManifestError(f"{data_dir} has no {formats.MANIFEST_NAME}; is it a prepared directory?")
+        raise ManifestError(
+            f"{data_dir} has no {formats.MANIFEST_NAME}; is it a prepared directory?"
+        )
     return Manifest.from_json(storage.read_text(path))
 
 
 def shard_sizes(data_dir: str) -> dict[str, int]:
-    """Relative shard path -> size of the files in the split directories, from one listing per split."""
+    """Relative shard path -> size of the files in the split directories, from one listing per
+    split."""
     sizes = {}
     for split in formats.SPLITS:
         for path, size in storage.sizes_in(storage.join(data_dir, split)).items():
@@ -29,7 +32,9 @@ def shard_sizes(data_dir: str) -> dict[str, int]:
     return sizes
 
 
-def read_records(data_dir: str, manifest: Manifest, split: str, limit: int | None = None) -> list[np.ndarray]:
+def read_records(
+    data_dir: str, manifest: Manifest, split: str, limit: int | None = None
+) -> list[np.ndarray]:
     """The split's records in manifest order (the order the loader indexes them), up to `limit`."""
     records: list[np.ndarray] = []
     for shard in manifest.shards_of(split):
@@ -37,7 +42,11 @@ def read_records(data_dir: str, manifest: Manifest, split: str, limit: int | Non
             break
         with storage.local_copy(storage.join(data_dir, shard.path)) as path:
             reader = ArrayRecordReader(path)
-            count = reader.num_records() if limit is None else min(limit - len(records), reader.num_records())
+            count = (
+                reader.num_records()
+                if limit is None
+                else min(limit - len(records), reader.num_records())
+            )
             records += [decode_record(r, manifest.dtype) for r in reader.read(list(range(count)))]
             reader.close()
     return records

@@ -30,7 +30,8 @@ _TEMPORARY_MARK = ".tmp-"
 @dataclasses.dataclass(frozen=True)
 class FileInfo:
     """A file's size and a token that changes when its content may have: the modification time
-    for local files, the content checksum an object store keeps (CRC32C on GCS) where there is one."""
+    for local files, the content checksum an object store keeps (CRC32C on GCS) where there is
+    one."""
 
     size: int
     version: str
@@ -49,7 +50,8 @@ def exists(path: str) -> bool:
 
 
 def file_info(path: str) -> FileInfo:
-    """Size and version of one file, without pattern matching; FileNotFoundError if it is missing."""
+    """Size and version of one file, without pattern matching; FileNotFoundError if it is
+    missing."""
     if is_local(path):
         st = os.stat(path)
         return FileInfo(st.st_size, f"mtime_ns:{st.st_mtime_ns}")
@@ -133,9 +135,10 @@ def publish(local_file: str, path: str) -> None:
         _fsync(os.path.dirname(os.path.abspath(path)))
         return
     temporary = _temporary_name(path)
-    with open(local_file, "rb") as src, FileSystems.create(
-        temporary, compression_type=CompressionTypes.UNCOMPRESSED
-    ) as dst:
+    with (
+        open(local_file, "rb") as src,
+        FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as dst,
+    ):
         shutil.copyfileobj(src, dst, _COPY_CHUNK)
     FileSystems.rename([temporary], [path])
     os.remove(local_file)
@@ -190,7 +193,8 @@ def _objects_under(path: str, limit: int | None = None) -> list[str]:
 
 
 def remove_scratch(directory: str) -> int:
-    """Delete the scratch files that interrupted writers left below a directory; returns how many."""
+    """Delete the scratch files that interrupted writers left below a directory; returns how
+    many."""
     if is_local(directory):
         found = [os.path.join(d, n) for d, _, names in os.walk(directory) for n in names]
     else:
@@ -240,7 +244,8 @@ def is_within(path: str, directory: str) -> bool:
 
 @contextmanager
 def local_copy(path: str) -> Iterator[str]:
-    """A local file with the bytes of `path`, for readers (ArrayRecord's) that open only local paths."""
+    """A local file with the bytes of `path`, for readers (ArrayRecord's) that open only local
+    paths."""
     if is_local(path):
         yield path
         return
@@ -258,7 +263,9 @@ def list_files(directory: str, suffix: str = "") -> list[str]:
     if is_local(directory):
         if not os.path.isdir(directory):
             return []
-        names = sorted(n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith("."))
+        names = sorted(
+            n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith(".")
+        )
         return [os.path.join(directory, n) for n in names]
     pattern = join(escape_glob(directory), f"*{escape_glob(suffix)}")
     return [p for p in glob(pattern) if not os.path.basename(p).startswith(".")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.dataset import storage
 from pipeline.cli.commands import HelpFormatter
+from pipeline.dataset import storage
 from pipeline.dataset.integrity import shard_problems
 from pipeline.dataset.manifest_io import read_manifest, shard_sizes
 from schemas.manifest import Manifest
@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
     for line in found:
         print(line)
     if found:
-        print(f"verify: {len(found)} of {len(manifest.shards)} shards do not match the manifest", file=sys.stderr)
+        print(
+            f"verify: {len(found)} of {len(manifest.shards)} shards do not match the manifest",
+            file=sys.stderr,
+        )
         return 1
     print(f"verify: all {len(manifest.shards)} shards match the manifest")
     return 0

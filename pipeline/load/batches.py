@@ -18,8 +18,8 @@ import argparse
 import numpy as np
 
 from pipeline.cli.commands import HelpFormatter
-from pipeline.load.data_spec import parse_data_spec
 from pipeline.load import PACKINGS, LoaderConfig, LoaderError, make_dataset
+from pipeline.load.data_spec import parse_data_spec
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.errors import RunError
 
@@ -33,7 +33,9 @@ def _take(value: str) -> int | None:
     except ValueError:
         count = 0
     if count < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of batches or 'epoch' (got {value!r})")
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of batches or 'epoch' (got {value!r})"
+        )
     return count
 
 
@@ -54,7 +56,8 @@ def realized_mixture(config: LoaderConfig, source_tokens: np.ndarray) -> str:
     totals = source_tokens.sum(axis=0)
     asked = sum(s.weight for s in config.sources)
     return ", ".join(
-        f"{s.name} {n / totals.sum():.4f} (weight {s.weight / asked:.4f})" for s, n in zip(config.sources, totals)
+        f"{s.name} {n / totals.sum():.4f} (weight {s.weight / asked:.4f})"
+        for s, n in zip(config.sources, totals)
     )
 
 
@@ -63,16 +66,36 @@ def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
     p.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
     p.add_argument("--split", default="train", help="the split to read")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
-    p.add_argument("--batch-size", dest="global_batch_size", type=int, required=True,
-                   help="global batch size, over all shards")
-    p.add_argument("--shard-index", type=int, default=0, help="which part of the global batch to write")
-    p.add_argument("--shard-count", type=int, default=1, help="equal parts the global batch is split into")
+    p.add_argument(
+        "--batch-size",
+        dest="global_batch_size",
+        type=int,
+        required=True,
+        help="global batch size, over all shards",
+    )
+    p.add_argument(
+        "--shard-index", type=int, default=0, help="which part of the global batch to write"
+    )
+    p.add_argument(
+        "--shard-count", type=int, default=1, help="equal parts the global batch is split into"
+    )
     p.add_argument("--seed", type=int, default=0, help="the data order's seed")
-    p.add_argument("--packing", choices=PACKINGS, default="concat",
-                   help="concat: documents run on across sequences; document: each sequence starts one")
-    p.add_argument("--workers", dest="worker_count", type=int, default=0, help="prefetch worker processes")
-    p.add_argument("--take", type=_take, required=True, metavar="K|epoch",
-                   help="how many batches, or 'epoch' for the complete batches of one epoch")
+    p.add_argument(
+        "--packing",
+        choices=PACKINGS,
+        default="concat",
+        help="concat: documents run on across sequences; document: each sequence starts one",
+    )
+    p.add_argument(
+        "--workers", dest="worker_count", type=int, default=0, help="prefetch worker processes"
+    )
+    p.add_argument(
+        "--take",
+        type=_take,
+        required=True,
+        metavar="K|epoch",
+        help="how many batches, or 'epoch' for the complete batches of one epoch",
+    )
     p.add_argument("--out", required=True, help="the .npz file to write")
     return p
 

@@ -1,5 +1,5 @@
-"""Concat packing's windows: each epoch's token stream cut into windows of `seq_len + 1` tokens, drawn
-in a keyed order over the whole epoch.
+"""Concat packing's windows: each epoch's token stream cut into windows of `seq_len + 1` tokens,
+drawn in a keyed order over the whole epoch.
 
 A source's stream runs through the run epoch after epoch. Epoch `e` is the split's records in
 manifest order, read from a keyed token offset round to it (`rotation`), so each epoch cuts its
@@ -30,7 +30,9 @@ class ConcatWindows:
     on into the next epoch, so draw `d` is allowed while it starts before the end of the last epoch.
     """
 
-    def __init__(self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None):
+    def __init__(
+        self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None
+    ):
         self._lengths = lengths
         self.tokens = int(lengths.offsets()[1][-1])
         self.width = seq_len + 1
@@ -40,7 +42,8 @@ class ConcatWindows:
         self._rotations: dict[int, int] = {}
 
     def windows(self, first: int, count: int) -> np.ndarray:
-        """The run stream's windows (`w`: tokens [w * W, (w + 1) * W)) of draws [first, first + count)."""
+        """The run stream's windows (`w`: tokens [w * W, (w + 1) * W)) of draws
+        [first, first + count)."""
         width, tokens = self.width, self.tokens
         out, drawn = [], first
         while drawn < first + count:
@@ -54,10 +57,12 @@ class ConcatWindows:
             drawn = start + stop
         return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def pieces(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Each run of the windows of draws [first, first + count) that lies in one record, as arrays
-        (draw - first, record, token offset in it, tokens), in draw order, each window's in order.
-        Raises EndOfData if a window reaches past the last epoch asked for."""
+    def pieces(
+        self, first: int, count: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each run of the windows of draws [first, first + count) that lies in one record, as
+        arrays (draw - first, record, token offset in it, tokens), in draw order, each window's in
+        order. Raises EndOfData if a window reaches past the last epoch asked for."""
         if self.limit is not None and first + count > self.limit:
             raise EndOfData
         tokens, width = self.tokens, self.width
@@ -86,7 +91,8 @@ class ConcatWindows:
         """Each epoch's rotation, kept for the epochs of the last call (the windows of a few steps
         lie in one epoch or two)."""
         self._rotations = {
-            epoch: self._rotations.get(epoch) or rotation(self.tokens, seed=self._seed, source=self._source, epoch=epoch)
+            epoch: self._rotations.get(epoch)
+            or rotation(self.tokens, seed=self._seed, source=self._source, epoch=epoch)
             for epoch in np.unique(epochs).tolist()
         }
         if len(self._rotations) == 1:

@@ -1,4 +1,5 @@
-"""What decides a host's batches (`LoaderConfig`), and which rows of the global batch the host holds."""
+"""What decides a host's batches (`LoaderConfig`), and which rows of the global batch the host
+holds."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ class LoaderConfig:
     record of a later epoch of any source. `worker_count`: prefetch processes.
     `shard_index`/`shard_count`: which of `shard_count` equal row ranges of the global batch this
     process feeds; processes that feed the same rows pass the same index, and get identical
-    batches. None takes them from JAX's process index and count. `verify`: re-hash every shard against its manifest when opening (reads all
-    the data once).
+    batches. None takes them from JAX's process index and count. `verify`: re-hash every shard
+    against its manifest when opening (reads all the data once).
     """
 
     data: str | tuple[DataSource, ...]
@@ -46,20 +47,25 @@ class LoaderConfig:
             check_names(self.data)
         else:
             raise LoaderError(
-                f"data must be a directory or a tuple of DataSource, as parse_data_spec returns (got {self.data!r})"
+                "data must be a directory or a tuple of DataSource, as parse_data_spec returns "
+                f"(got {self.data!r})"
             )
         if self.split not in formats.SPLITS:
             raise LoaderSettingError("split", self.split, f"must be one of {formats.SPLITS}")
         if self.seq_len < 1:
             raise LoaderSettingError("seq_len", self.seq_len, "must be at least 1")
         if self.global_batch_size < 1:
-            raise LoaderSettingError("global_batch_size", self.global_batch_size, "must be at least 1")
+            raise LoaderSettingError(
+                "global_batch_size", self.global_batch_size, "must be at least 1"
+            )
         if self.seed < 0:
             raise LoaderSettingError("seed", self.seed, "must be at least 0")
         if self.packing not in PACKINGS:
             raise LoaderSettingError("packing", self.packing, f"must be one of {PACKINGS}")
         if self.num_epochs is not None and self.num_epochs < 1:
-            raise LoaderSettingError("num_epochs", self.num_epochs, "must be at least 1, or None to repeat")
+            raise LoaderSettingError(
+                "num_epochs", self.num_epochs, "must be at least 1, or None to repeat"
+            )
         if self.worker_count < 0:
             raise LoaderSettingError("worker_count", self.worker_count, "must be at least 0")
         if self.shard_count is not None and self.shard_count < 1:
@@ -90,7 +96,9 @@ def resolve_shard(shard_index: int | None, shard_count: int | None) -> tuple[int
         shard_index = (jax.process_index() if jax else 0) if shard_index is None else shard_index
         shard_count = (jax.process_count() if jax else 1) if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
-        raise LoaderError(f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})")
+        raise LoaderError(
+            f"shard_index must be in [0, shard_count) (got {shard_index=}, {shard_count=})"
+        )
     return shard_index, shard_count
 
 

@@ -6,8 +6,8 @@ One string, in one of three forms:
     web=0.8:data/web,stories=0.2:gs://b/stories   NAME=WEIGHT:PATH entries, comma-separated
     mix.json                                      {"web": {"path": "data/web", "weight": 0.8}, ...}
 
-A JSON entry may add "stages": {"STEP": WEIGHT, ...}: from training step STEP on, the source's weight
-is WEIGHT (until its next stage); every stage's weights are normalized on their own, so
+A JSON entry may add "stages": {"STEP": WEIGHT, ...}: from training step STEP on, the source's
+weight is WEIGHT (until its next stage); every stage's weights are normalized on their own, so
 `{"web": {..., "weight": 0.8, "stages": {"1000": 0.5}}, "stories": {..., "weight": 0.2}}` trains on
 80% web tokens for 1000 steps, then on 0.5 / 0.7 of them.
 
@@ -57,13 +57,18 @@ class DataSource:
             raise LoaderError(f"source {self.name!r} has an empty path")
         for weight in (self.weight, *(w for _, w in self.stages)):
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-                raise LoaderError(f"weight of source {self.name!r} must be a number (got {weight!r})")
+                raise LoaderError(
+                    f"weight of source {self.name!r} must be a number (got {weight!r})"
+                )
             if not (math.isfinite(weight) and weight > 0):
-                raise LoaderError(f"weight of source {self.name!r} must be a positive number (got {weight!r})")
+                raise LoaderError(
+                    f"weight of source {self.name!r} must be a positive number (got {weight!r})"
+                )
         steps = [step for step, _ in self.stages]
         if steps != sorted(set(steps)) or any(not isinstance(s, int) or s < 1 for s in steps):
             raise LoaderError(
-                f"stages of source {self.name!r} must start at distinct positive steps, in order (got {steps})"
+                f"stages of source {self.name!r} must start at distinct positive steps, in order "
+                f"(got {steps})"
             )
 
     def weight_at(self, step: int) -> float:
@@ -85,7 +90,8 @@ def check_names(sources: Iterable[DataSource]) -> None:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise LoaderError(
-            f"the data spec names {', '.join(map(repr, repeated))} more than once; give each source its own name"
+            f"the data spec names {', '.join(map(repr, repeated))} more than once; give each "
+            "source its own name"
         )
 
 
@@ -102,7 +108,9 @@ def parse_data_spec(text: str) -> tuple[DataSource, ...]:
         return (DataSource.directory(text),)
     check_names(sources)
     if any(s.stages for s in sources):
-        return tuple(sources)  # every stage is normalized where it is used (`host_rows.mixture_stages`)
+        return tuple(
+            sources
+        )  # every stage is normalized where it is used (`host_rows.mixture_stages`)
     total = sum(s.weight for s in sources)
     return tuple(dataclasses.replace(s, weight=s.weight / total) for s in sources)
 
@@ -111,7 +119,9 @@ def _entry(part: str) -> DataSource:
     name, equals, rest = part.strip().partition("=")
     weight, colon, path = rest.partition(":")
     if not (equals and colon and name.strip() and path.strip()):
-        raise LoaderError(f"bad data spec entry {part!r}: expected NAME=WEIGHT:PATH, e.g. web=0.8:data/web")
+        raise LoaderError(
+            f"bad data spec entry {part!r}: expected NAME=WEIGHT:PATH, e.g. web=0.8:data/web"
+        )
     try:
         value = float(weight)
     except ValueError:
@@ -129,17 +139,29 @@ def _json_sources(spec_path: str) -> list[DataSource]:
         raise LoaderError(f"data spec file {spec_path} is not valid JSON: {e}") from None
     entry_form = '{"path": "...", "weight": 0.8}'
     if not isinstance(data, dict) or not data:
-        raise LoaderError(f'data spec file {spec_path} must hold a non-empty JSON object {{"NAME": {entry_form}, ...}}')
+        raise LoaderError(
+            f"data spec file {spec_path} must hold a non-empty JSON object "
+            f'{{"NAME": {entry_form}, ...}}'
+        )
     sources = []
     for name, entry in data.items():
         keys = set(entry) if isinstance(entry, dict) else set()
-        if not {"path", "weight"} <= keys <= {"path", "weight", "stages"} or not isinstance(entry["path"], str):
+        if not {"path", "weight"} <= keys <= {"path", "weight", "stages"} or not isinstance(
+            entry["path"], str
+        ):
             raise LoaderError(f"{spec_path}: source {name!r} must be {entry_form} (got {entry!r})")
         stages = entry.get("stages", {})
         if not isinstance(stages, dict) or not all(k.isdigit() for k in stages):
-            raise LoaderError(f'{spec_path}: stages of source {name!r} must be {{"STEP": WEIGHT, ...}} (got {stages!r})')
+            raise LoaderError(
+                f"{spec_path}: stages of source {name!r} must be "
+                f'{{"STEP": WEIGHT, ...}} (got {stages!r})'
+            )
         relative = entry["path"]
-        located = relative if "://" in relative or os.path.isabs(relative) else str(path.parent / relative)
+        located = (
+            relative
+            if "://" in relative or os.path.isabs(relative)
+            else str(path.parent / relative)
+        )
         staged = tuple(sorted((int(step), weight) for step, weight in stages.items()))
         sources.append(DataSource(name=name, path=located, weight=entry["weight"], stages=staged))
     return sources

@@ -34,14 +34,21 @@ def open_prepared(data_dir: str, *, verify: bool = False) -> Manifest:
     except (ManifestError, ValueError) as e:
         raise LoaderError(f"{path}: {e}") from None
     if manifest.tokenizer.n_vocab > MAX_VOCAB:
-        raise LoaderError(f"vocabulary of {manifest.tokenizer.n_vocab} ids does not fit int32 batches")
+        raise LoaderError(
+            f"vocabulary of {manifest.tokenizer.n_vocab} ids does not fit int32 batches"
+        )
 
     def size_of(relative: str) -> int | None:
         shard_path = root / relative
         return shard_path.stat().length if shard_path.exists() else None
 
     problem = next(
-        shard_problems(manifest.shards, size_of=size_of, open_binary=lambda p: (root / p).open("rb"), hashes=verify),
+        shard_problems(
+            manifest.shards,
+            size_of=size_of,
+            open_binary=lambda p: (root / p).open("rb"),
+            hashes=verify,
+        ),
         None,
     )
     if problem is not None:
@@ -53,13 +60,16 @@ def open_prepared(data_dir: str, *, verify: bool = False) -> Manifest:
 
 
 def open_sources(sources: tuple[DataSource, ...], *, verify: bool = False) -> tuple[Manifest, ...]:
-    """`open_prepared` for every source, in order, refusing sources that do not share one tokenizer."""
+    """`open_prepared` for every source, in order, refusing sources that do not share one
+    tokenizer."""
     manifests = tuple(open_prepared(s.path, verify=verify) for s in sources)
     check_compatible([s.name for s in sources], manifests)
     return manifests
 
 
-def check_split(sources: tuple[DataSource, ...], manifests: tuple[Manifest, ...], split: str) -> None:
+def check_split(
+    sources: tuple[DataSource, ...], manifests: tuple[Manifest, ...], split: str
+) -> None:
     """Refuses a split that some source was prepared without."""
     for source, manifest in zip(sources, manifests):
         if not manifest.shards_of(split):

@@ -34,10 +34,29 @@ class UnitBlock:
     each `lengths[p]` tokens from token `start[p]` of record `record[p]`, which is token `at[p]` of
     the split, in a record that ends at the split's token `end[p]` (a piece may run past it)."""
 
-    __slots__ = ("first", "piece_first", "lengths", "record", "start", "length", "at", "end", "_split")
+    __slots__ = (
+        "first",
+        "piece_first",
+        "lengths",
+        "record",
+        "start",
+        "length",
+        "at",
+        "end",
+        "_split",
+    )
 
-    def __init__(self, first: int, piece_first: np.ndarray, record: np.ndarray, start: np.ndarray,
-                 length: np.ndarray, at: np.ndarray, end: np.ndarray, split: SplitLengths):
+    def __init__(
+        self,
+        first: int,
+        piece_first: np.ndarray,
+        record: np.ndarray,
+        start: np.ndarray,
+        length: np.ndarray,
+        at: np.ndarray,
+        end: np.ndarray,
+        split: SplitLengths,
+    ):
         self.first = first
         self.piece_first: list[int] = piece_first.tolist()
         self.lengths: list[int] = length.tolist()
@@ -46,7 +65,8 @@ class UnitBlock:
 
     def parts(self, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each record's part of these pieces, as arrays (index in `pieces`, record, token offset in
-        it, tokens), in order; a piece that runs past its record's end comes as one part per record."""
+        it, tokens), in order; a piece that runs past its record's end comes as one part per
+        record."""
         at, length = self.at[pieces], self.length[pieces]
         if (at + length > self.end[pieces]).any():
             return self._split.runs(at, length)
@@ -54,10 +74,12 @@ class UnitBlock:
 
 
 class DocumentUnits:
-    """The units of one source, by draw: `unit(d)` is the block holding the `d`-th unit the run takes
-    from it, and the unit's index in the block."""
+    """The units of one source, by draw: `unit(d)` is the block holding the `d`-th unit the run
+    takes from it, and the unit's index in the block."""
 
-    def __init__(self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None):
+    def __init__(
+        self, lengths: SplitLengths, *, seq_len: int, seed: int, source: int, num_epochs: int | None
+    ):
         self._lengths = lengths
         self._units, self._before = lengths.units(seq_len)
         self._offsets, self._token_before = lengths.offsets()
@@ -85,7 +107,9 @@ class DocumentUnits:
         lengths, size = self._lengths, self._seq_len
         units = self._order.records(epoch, first, stop)
         count = len(units)
-        which, record, lead, first_doc, docs_in, begin, end = (np.empty(count, np.int64) for _ in range(7))
+        which, record, lead, first_doc, docs_in, begin, end = (
+            np.empty(count, np.int64) for _ in range(7)
+        )
         located = []
         for shard, idx in by_shard(units, self._before):
             shard_units = self._units[shard]
@@ -107,9 +131,13 @@ class DocumentUnits:
         for shard, idx in located:
             n = docs_in[idx]
             ranks = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-            docs[np.repeat(doc_first[idx], n) + ranks] = lengths.docs[shard][np.repeat(first_doc[idx], n) + ranks]
+            docs[np.repeat(doc_first[idx], n) + ranks] = lengths.docs[shard][
+                np.repeat(first_doc[idx], n) + ranks
+            ]
         before = np.cumsum(docs) - docs
-        doc_start = lead[unit_of] + before - before[doc_first][unit_of]  # from the record's first token
+        doc_start = (
+            lead[unit_of] + before - before[doc_first][unit_of]
+        )  # from the record's first token
         long = docs > size
         shorts = np.add.reduceat((~long).astype(np.int64), doc_first)  # per unit's record
         short_unit = (shorts > 0) & (which == 0)
@@ -129,5 +157,13 @@ class DocumentUnits:
         unit[short], unit[~short] = unit_of[from_short], cut
         start[short], start[~short] = doc_start[from_short], doc_start[doc] + piece * size
         length[short], length[~short] = docs[from_short], np.minimum(size, docs[doc] - piece * size)
-        return UnitBlock(epoch * self.count + first, piece_first, record[unit], start, length, begin[unit] + start,
-                         end[unit], lengths)
+        return UnitBlock(
+            epoch * self.count + first,
+            piece_first,
+            record[unit],
+            start,
+            length,
+            begin[unit] + start,
+            end[unit],
+            lengths,
+        )

@@ -4,7 +4,8 @@ from schemas.errors import RunError, SettingError
 
 
 class LoaderError(RunError, ValueError):
-    """A prepared directory, a data spec or a loader config that cannot work; the message says how to fix it."""
+    """A prepared directory, a data spec or a loader config that cannot work; the message says how
+    to fix it."""
 
 
 class LoaderSettingError(SettingError, LoaderError):

@@ -81,15 +81,21 @@ class Position:
         n = (len(values) - 1) // 3
         if len(values) != 1 + 3 * n or n < 1:
             raise ValueError(f"a position is a step and three integers per source (got {values})")
-        return cls(values[0], tuple(values[1 : 1 + n]), tuple(values[1 + n : 1 + 2 * n]), tuple(values[1 + 2 * n :]))
+        return cls(
+            values[0],
+            tuple(values[1 : 1 + n]),
+            tuple(values[1 + n : 1 + 2 * n]),
+            tuple(values[1 + 2 * n :]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
     """The pieces of consecutive global batches, as parallel arrays: `length` tokens of record
-    `record` of source `source` from token `start`, placed at flat offset `dest` of the [steps, rows,
-    width] batches (width: seq_len + 1 for concat, seq_len for document), with `segment` its segment
-    id within its row (document packing; 0 for concat). A piece never runs over a row's end."""
+    `record` of source `source` from token `start`, placed at flat offset `dest` of the
+    [steps, rows, width] batches (width: seq_len + 1 for concat, seq_len for document), with
+    `segment` its segment id within its row (document packing; 0 for concat). A piece never runs
+    over a row's end."""
 
     source: np.ndarray
     record: np.ndarray
@@ -105,8 +111,14 @@ class StepPlan:
         step, row = np.divmod(row, rows)
         keep = (row >= first) & (row < end)
         dest = ((step[keep] * (end - first) + row[keep] - first) * width) + column[keep]
-        return StepPlan(self.source[keep], self.record[keep], self.start[keep], self.length[keep], dest,
-                        self.segment[keep])
+        return StepPlan(
+            self.source[keep],
+            self.record[keep],
+            self.start[keep],
+            self.length[keep],
+            dest,
+            self.segment[keep],
+        )
 
 
 class FirstFitRows:
@@ -123,7 +135,15 @@ class FirstFitRows:
         self._ends = [base + (row + 1) * width for row in range(rows)]  # flat offset past each row
         self._pieces = [0] * rows
 
-    def place(self, lengths: list[int], first: int, last: int, out: list[int] | None, source: int, block: int) -> int:
+    def place(
+        self,
+        lengths: list[int],
+        first: int,
+        last: int,
+        out: list[int] | None,
+        source: int,
+        block: int,
+    ) -> int:
         """Places pieces `first` to `last - 1` (of `lengths`) each in the first row with room for
         it, up to the first that fits no row; returns that one's index (`last` if all fit). Appends
         (source, block, piece, its flat offset, its segment id in the row) for each placed piece to
@@ -140,7 +160,8 @@ class FirstFitRows:
             pieces[row] += 1
             if out is not None:
                 out += (source, block, j, ends[row] - had, pieces[row])
-            # Rows before `row` have less room than `n`: the maximum through `row` is theirs or its own.
+            # Rows before `row` have less room than `n`: the maximum through `row` is theirs or its
+            # own.
             top = most[row - 1] if row else 0
             r = row
             while r < rows and most[r] == had:
@@ -154,7 +175,8 @@ class FirstFitRows:
 
 
 class Planner:
-    """Walks the plan: `plan(position)` is the global batch at `position.step` and the position after.
+    """Walks the plan: `plan(position)` is the global batch at `position.step` and the position
+    after.
 
     `num_epochs` (None: forever) ends the plan at the first batch that needs a unit of a later epoch
     of any source (`plan` and `advance` raise EndOfData).
@@ -167,14 +189,25 @@ class Planner:
     """
 
     def __init__(
-        self, lengths: Sequence[SplitLengths], *, stages: Sequence[Stage], seed: int, seq_len: int, rows: int,
-        packing: str, num_epochs: int | None = None,
+        self,
+        lengths: Sequence[SplitLengths],
+        *,
+        stages: Sequence[Stage],
+        seed: int,
+        seq_len: int,
+        rows: int,
+        packing: str,
+        num_epochs: int | None = None,
     ):
         draws = ConcatWindows if packing == "concat" else DocumentUnits
-        self._draws = [draws(split, seq_len=seq_len, seed=seed, source=k, num_epochs=num_epochs)
-                       for k, split in enumerate(lengths)]
+        self._draws = [
+            draws(split, seq_len=seq_len, seed=seed, source=k, num_epochs=num_epochs)
+            for k, split in enumerate(lengths)
+        ]
         self._stages = sorted(stages, key=lambda s: s.start)
-        self._new_stage = {s.start for s in self._stages if s.start}  # steps whose stage counts anew
+        self._new_stage = {
+            s.start for s in self._stages if s.start
+        }  # steps whose stage counts anew
         self._rows = rows
         self._packing = packing
         self.width = seq_len + 1 if packing == "concat" else seq_len
@@ -189,7 +222,8 @@ class Planner:
         return plan, positions[0]
 
     def plan_steps(self, position: Position, steps: int) -> tuple[StepPlan, list[Position]]:
-        """The batches of `steps` steps from `position`, in one plan, and the position after each."""
+        """The batches of `steps` steps from `position`, in one plan, and the position after
+        each."""
         if self._packing == "concat":
             sources: list[int] = []
             positions = self._concat(position, steps, sources)
@@ -245,7 +279,8 @@ class Planner:
         return positions
 
     def _concat_plan(self, position: Position, steps: int, sources: list[int]) -> StepPlan:
-        """The windows of `steps` batches from `position`; `sources`: each row's source (empty for one)."""
+        """The windows of `steps` batches from `position`; `sources`: each row's source (empty for
+        one)."""
         width, total = self.width, steps * self._rows
         row_source = np.array(sources, np.int64) if sources else np.zeros(total, np.int64)
         parts = []
@@ -256,18 +291,35 @@ class Planner:
             which, record, start, length = windows.pieces(position.finished[k], len(rows))
             offset = np.cumsum(length) - length
             offset -= offset[np.searchsorted(which, which)]  # from the window's first run
-            parts.append((np.full(len(which), k), record, start, length, rows[which] * width + offset,
-                          np.zeros(len(which), np.int64)))
+            parts.append(
+                (
+                    np.full(len(which), k),
+                    record,
+                    start,
+                    length,
+                    rows[which] * width + offset,
+                    np.zeros(len(which), np.int64),
+                )
+            )
         return StepPlan(*(np.concatenate(c) for c in zip(*parts)))
 
-    def _document(self, position: Position, steps: int, out: list[int] | None,
-                  blocks: dict[tuple[int, int], UnitBlock] | None) -> list[Position]:
+    def _document(
+        self,
+        position: Position,
+        steps: int,
+        out: list[int] | None,
+        blocks: dict[tuple[int, int], UnitBlock] | None,
+    ) -> list[Position]:
         """The positions after each of `steps` batches: pieces placed first fit into the rows until
         one fits none, one piece at a time from the source `next_source` names for a mixture. One
         source's pieces are placed in draw order, a block of units at a time: a unit's pieces follow
         the one before's in its block. Appends each placed piece to `out` (and its block to
         `blocks`) unless None."""
-        finished, tokens, placed = list(position.finished), list(position.stage_tokens), list(position.placed)
+        finished, tokens, placed = (
+            list(position.finished),
+            list(position.stage_tokens),
+            list(position.placed),
+        )
         width, batch = self.width, self._rows * self.width
         positions = []
         for step in range(position.step, position.step + steps):
@@ -280,7 +332,14 @@ class Planner:
                 k = next_source(weights, tokens, width) if mixed else 0
                 block, i = self._draws[k].unit(finished[k])
                 first = block.piece_first[i] + placed[k]
-                end = rows.place(block.lengths, first, first + 1 if mixed else block.piece_first[-1], out, k, block.first)
+                end = rows.place(
+                    block.lengths,
+                    first,
+                    first + 1 if mixed else block.piece_first[-1],
+                    out,
+                    k,
+                    block.first,
+                )
                 tokens[k] += sum(block.lengths[first:end])
                 i = bisect.bisect_right(block.piece_first, end) - 1  # the unit in progress
                 finished[k], placed[k] = block.first + i, end - block.piece_first[i]
@@ -292,7 +351,8 @@ class Planner:
         return positions
 
     def _document_plan(self, out: list[int], blocks: dict[tuple[int, int], UnitBlock]) -> StepPlan:
-        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of `dest`."""
+        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of
+        `dest`."""
         placed = np.array(out, np.int64).reshape(-1, 5)
         parts = []
         for (k, first), block in blocks.items():
@@ -300,7 +360,18 @@ class Planner:
             which, record, start, length = block.parts(mine[:, 2])
             offset = np.cumsum(length) - length
             offset -= offset[np.searchsorted(which, which)]  # from the piece's first part
-            parts.append((np.full(len(which), k), record, start, length, mine[which, 3] + offset, mine[which, 4]))
+            parts.append(
+                (
+                    np.full(len(which), k),
+                    record,
+                    start,
+                    length,
+                    mine[which, 3] + offset,
+                    mine[which, 4],
+                )
+            )
         source, record, start, length, dest, segment = (np.concatenate(c) for c in zip(*parts))
         order = np.argsort(dest)
-        return StepPlan(source[order], record[order], start[order], length[order], dest[order], segment[order])
+        return StepPlan(
+            source[order], record[order], start[order], length[order], dest[order], segment[order]
+        )

@@ -50,7 +50,9 @@ class HostRows:
         self._planner: Planner | None = None
         self._lengths: list[SplitLengths] = []
         self._sources: list[SplitRecords] = []
-        self._walked: tuple[Position, Position] | None = None  # (a start, the position reached from it)
+        self._walked: tuple[Position, Position] | None = (
+            None  # (a start, the position reached from it)
+        )
         self._dtype = numpy_dtype(manifests[0].dtype)
         self._window_dtype = transport_dtype(manifests[0].tokenizer.n_vocab, config.seq_len)
         self._eot = manifests[0].tokenizer.eot_id
@@ -62,7 +64,10 @@ class HostRows:
     def planner(self) -> Planner:
         if self._planner is None:
             config = self._config
-            self._lengths = [SplitLengths.of(s.path, m, config.split) for s, m in zip(config.sources, self._manifests)]
+            self._lengths = [
+                SplitLengths.of(s.path, m, config.split)
+                for s, m in zip(config.sources, self._manifests)
+            ]
             self._planner = Planner(
                 self._lengths,
                 stages=mixture_stages(config.sources),
@@ -73,13 +78,17 @@ class HostRows:
                 num_epochs=config.num_epochs,
             )
             self._sources = [
-                SplitRecords([str(epath.Path(s.path) / shard.path) for shard in m.shards_of(config.split)], lengths)
+                SplitRecords(
+                    [str(epath.Path(s.path) / shard.path) for shard in m.shards_of(config.split)],
+                    lengths,
+                )
                 for s, m, lengths in zip(config.sources, self._manifests, self._lengths)
             ]
         return self._planner
 
     def position_before(self, start: Position, step: int) -> Position:
-        """The plan's position at `step`, moved from `start` (or from where the last walk stopped)."""
+        """The plan's position at `step`, moved from `start` (or from where the last walk
+        stopped)."""
         position = start
         if self._walked is not None and self._walked[0] == start and self._walked[1].step <= step:
             position = self._walked[1]
@@ -89,7 +98,8 @@ class HostRows:
         return position
 
     def steps(self, start: Position) -> int:
-        """How many complete batches the plan holds from `start` (walks it when `num_epochs` is set)."""
+        """How many complete batches the plan holds from `start` (walks it when `num_epochs` is
+        set)."""
         if self._config.num_epochs is None:
             return _FOREVER
         return self.planner.steps(start)
@@ -97,17 +107,27 @@ class HostRows:
     def window(self, steps: int) -> dict[str, np.ndarray]:
         """Zeroed arrays for this host's rows of `steps` batches, which `fill` lays out in place."""
         config = self._config
-        return new_window(steps, rows=self.rows, seq_len=config.seq_len, packing=config.packing,
-                          source_count=len(self._manifests), dtype=self._window_dtype)
+        return new_window(
+            steps,
+            rows=self.rows,
+            seq_len=config.seq_len,
+            packing=config.packing,
+            source_count=len(self._manifests),
+            dtype=self._window_dtype,
+        )
 
     def fill(self, position: Position, window: dict[str, np.ndarray]) -> list[Position]:
-        """Lays out this host's rows of the batches from `position` in `window` (one batch per step of
-        a `window`); returns the position after each."""
+        """Lays out this host's rows of the batches from `position` in `window` (one batch per step
+        of a `window`); returns the position after each."""
         planner = self.planner
         plan, positions = planner.plan_steps(position, len(window[FIELDS][0]))
         self._walked = (self._walked[0], positions[-1]) if self._walked else None
-        mine = plan.rows(self._first_row, self._first_row + self.rows, rows=self._config.global_batch_size,
-                         width=planner.width)
+        mine = plan.rows(
+            self._first_row,
+            self._first_row + self.rows,
+            rows=self._config.global_batch_size,
+            width=planner.width,
+        )
         # Records are read whole (ArrayRecord's unit), once per window, and held as the bytes read;
         # only the parts are copied.
         keys, which = np.unique(mine.source << _RECORD_BITS | mine.record, return_inverse=True)
@@ -127,9 +147,9 @@ class HostRows:
         return positions
 
     def _tokens(self, record: bytes) -> np.ndarray:
-        """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is as
-        wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len` over
-        65,535)."""
+        """A record's tokens in the windows' dtype: the bytes read, seen as that dtype where it is
+        as wide as the records' (token ids fit both), else converted (uint16 tokens, a `seq_len`
+        over 65,535)."""
         if self._dtype.itemsize == self._window_dtype.itemsize:
             return np.frombuffer(record, self._window_dtype)
         return np.frombuffer(record, self._dtype).astype(self._window_dtype)

@@ -41,7 +41,8 @@ from schemas.records import numpy_dtype
 
 CACHE_ENV = "TOKSHARDS_INDEX_CACHE"
 _DEFAULT_CACHE = os.path.join("~", ".cache", "tokshards", "lengths")
-# The cache's layout: 1 ended a document at every record's end, as records then held whole documents.
+# The cache's layout: 1 ended a document at every record's end, as records then held whole
+# documents.
 _LAYOUT = 2
 _SCANNED = ("docs", "firsts", "offsets", "lead", "before")
 _SCAN_BATCH = 256  # records read per call while scanning
@@ -52,9 +53,11 @@ def cache_dir() -> str:
     return os.path.expanduser(os.environ.get(CACHE_ENV) or _DEFAULT_CACHE)
 
 
-def document_lengths(tokens: np.ndarray, ends: np.ndarray, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how many
-    runs each record holds. A run ends after each end-of-text id, and at its record's end."""
+def document_lengths(
+    tokens: np.ndarray, ends: np.ndarray, eot_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of the runs of records joined in `tokens` (record `i` ends at `ends[i]`), and how
+    many runs each record holds. A run ends after each end-of-text id, and at its record's end."""
     stops = np.union1d(np.flatnonzero(tokens == eot_id) + 1, ends)
     counts = np.diff(np.searchsorted(stops, ends, side="right"), prepend=0)
     return np.diff(stops, prepend=0).astype(np.uint32), counts
@@ -65,8 +68,13 @@ def _scan(path: str, shard: ShardInfo, dtype: np.dtype, eot_id: int) -> dict[str
     source = grain.sources.ArrayRecordDataSource([f"{path}[0:{shard.records}]"])
     runs, counts, sizes, lasts = [], [], [], []
     for first in range(0, shard.records, _SCAN_BATCH):
-        records = [np.frombuffer(r, dtype) for r in source.__getitems__(range(first, min(first + _SCAN_BATCH, shard.records)))]
-        r, c = document_lengths(np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id)
+        records = [
+            np.frombuffer(r, dtype)
+            for r in source.__getitems__(range(first, min(first + _SCAN_BATCH, shard.records)))
+        ]
+        r, c = document_lengths(
+            np.concatenate(records), np.cumsum([len(r) for r in records]), eot_id
+        )
         runs.append(r)
         counts.append(c)
         sizes += [len(r) for r in records]
@@ -81,7 +89,9 @@ def _scan(path: str, shard: ShardInfo, dtype: np.dtype, eot_id: int) -> dict[str
     heads = np.flatnonzero(~joined)
     docs = np.add.reduceat(runs.astype(np.int64), heads).astype(np.uint32) if len(heads) else runs
     document_of_run = np.cumsum(~joined) - 1
-    firsts = np.append(document_of_run[first_runs[:-1]] + joined[first_runs[:-1]], len(docs)).astype(np.int64)
+    firsts = np.append(
+        document_of_run[first_runs[:-1]] + joined[first_runs[:-1]], len(docs)
+    ).astype(np.int64)
     return {
         "docs": docs,
         "firsts": firsts,
@@ -108,8 +118,11 @@ def entry_prefix(shard: ShardInfo, eot_id: int) -> str:
     return os.path.join(cache_dir(), f"v{_LAYOUT}-eot{eot_id}", shard.sha256)
 
 
-def shard_lengths(root: str, shard: ShardInfo, dtype_name: str, eot_id: int) -> dict[str, np.ndarray]:
-    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan."""
+def shard_lengths(
+    root: str, shard: ShardInfo, dtype_name: str, eot_id: int
+) -> dict[str, np.ndarray]:
+    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a
+    scan."""
     prefix = entry_prefix(shard, eot_id)
     paths = {name: f"{prefix}-{name}.npy" for name in _SCANNED}
     if not all(os.path.exists(p) for p in paths.values()):
@@ -143,7 +156,8 @@ def record_units(docs: np.ndarray, firsts: np.ndarray, row: int) -> np.ndarray:
 
 
 def _cached(prefix: str | None, name: str, derive: Callable[[], np.ndarray]) -> np.ndarray:
-    """`derive()`, kept as PREFIX-NAME.npy beside the lengths when `prefix` names a shard's entry."""
+    """`derive()`, kept as PREFIX-NAME.npy beside the lengths when `prefix` names a shard's
+    entry."""
     if prefix is None:
         return derive()
     path = f"{prefix}-{name}.npy"
@@ -175,7 +189,9 @@ class SplitLengths:
     def of(cls, root: str, manifest: Manifest, split: str) -> SplitLengths:
         shards = manifest.shards_of(split)
         eot = manifest.tokenizer.eot_id
-        return cls.of_shards(shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards], eot)
+        return cls.of_shards(
+            shards, [shard_lengths(root, s, manifest.dtype, eot) for s in shards], eot
+        )
 
     @classmethod
     def of_shards(
@@ -184,8 +200,15 @@ class SplitLengths:
         """The split of these shards, from each one's `shard_lengths`."""
         starts = np.concatenate(([0], np.cumsum([s.records for s in shards]))).astype(np.int64)
         column = lambda name: tuple(a[name] for a in arrays)  # noqa: E731
-        return cls(column("docs"), column("firsts"), starts, column("offsets"), column("lead"), column("before"),
-                   tuple(entry_prefix(s, eot_id) for s in shards))
+        return cls(
+            column("docs"),
+            column("firsts"),
+            starts,
+            column("offsets"),
+            column("lead"),
+            column("before"),
+            tuple(entry_prefix(s, eot_id) for s in shards),
+        )
 
     @property
     def records(self) -> int:
@@ -199,7 +222,9 @@ class SplitLengths:
                 out[idx] = self.before[shard][records[idx] - self.starts[shard]]
         return out
 
-    def _per_shard(self, name: str, derive: Callable[[int], np.ndarray]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def _per_shard(
+        self, name: str, derive: Callable[[int], np.ndarray]
+    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Each shard's array `name` (counts before each record, from `derive(shard)`), and the
         split's counts before each shard then its total (int64)."""
         if name not in self._derived:
@@ -207,7 +232,10 @@ class SplitLengths:
                 _cached(self.cached[k] if self.cached else None, name, lambda k=k: derive(k))
                 for k in range(len(self.docs))
             )
-            self._derived[name] = arrays, np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64)
+            self._derived[name] = (
+                arrays,
+                np.array([0, *accumulate(int(a[-1]) for a in arrays)], np.int64),
+            )
         return self._derived[name]
 
     def offsets(self) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
@@ -220,13 +248,21 @@ class SplitLengths:
     def units(self, row: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """`record_units` of each shard for rows of `row` tokens, and the units before each shard
         then the split's total."""
-        return self._per_shard(f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row))
+        return self._per_shard(
+            f"units-{row}", lambda k: record_units(self.docs[k], self.firsts[k], row)
+        )
 
-    def runs(self, at: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as arrays
-        (i, record, token offset in it, tokens), ordered by i and then by position."""
+    def runs(
+        self, at: np.ndarray, length: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each record's part of the split's tokens [at[i], at[i] + length[i]) for every i, as
+        arrays (i, record, token offset in it, tokens), ordered by i and then by position."""
         offsets, before = self.offsets()
-        which, at, length = np.arange(len(at)), np.asarray(at, np.int64), np.asarray(length, np.int64)
+        which, at, length = (
+            np.arange(len(at)),
+            np.asarray(at, np.int64),
+            np.asarray(length, np.int64),
+        )
         cut: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         while len(which):  # cut where a shard ends (a window of the split's stream may run on)
             take = np.minimum(length, before[np.searchsorted(before, at, side="right")] - at)
@@ -243,13 +279,19 @@ class SplitLengths:
             count = shard_offsets.searchsorted(end - 1, side="right") - first
             if count.max() > 1:  # a run over several records: one part per record
                 run = np.repeat(np.arange(len(idx)), count)
-                record = first[run] + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+                record = (
+                    first[run] + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+                )
                 idx, begin, end, first = idx[run], begin[run], end[run], record
             record_begin = shard_offsets[first]
             begin = np.maximum(begin, record_begin)
             end = np.minimum(end, shard_offsets[first + 1])
-            parts.append((which[idx], self.starts[shard] + first, begin - record_begin, end - begin))
-        which, record, start, length = (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+            parts.append(
+                (which[idx], self.starts[shard] + first, begin - record_begin, end - begin)
+            )
+        which, record, start, length = (
+            (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+        )
         keep = length > 0  # an empty record inside a run
         order = np.lexsort((record[keep], which[keep]))
         return which[keep][order], record[keep][order], start[keep][order], length[keep][order]

@@ -74,7 +74,8 @@ class _Windows(grain.MapDataset):
 
 
 class HostBatchIterDataset(grain.IterDataset):
-    """This host's rows of the global batches, read ahead by `worker_count` processes (0: a thread)."""
+    """This host's rows of the global batches, read ahead by `worker_count` processes (0: a
+    thread)."""
 
     def __init__(self, host: HostRows, *, worker_count: int, sources: int):
         super().__init__()
@@ -83,7 +84,9 @@ class HostBatchIterDataset(grain.IterDataset):
         self._source_count = sources
 
     def __iter__(self) -> grain.DatasetIterator:
-        return _HostBatchIterator(self._host, worker_count=self._worker_count, start=Position.start(self._source_count))
+        return _HostBatchIterator(
+            self._host, worker_count=self._worker_count, start=Position.start(self._source_count)
+        )
 
     def __str__(self) -> str:
         return f"HostBatchIterDataset(worker_count={self._worker_count})"
@@ -128,9 +131,10 @@ class _HostBatchIterator(grain.DatasetIterator):
         version = state.get("version", 1)
         if version != formats.LOADER_STATE_VERSION:
             raise LoaderError(
-                f"the loader state is a position in batches of loader version {version}; this loader is version "
-                f"{formats.LOADER_STATE_VERSION} and draws other batches, so resuming would train on other data; "
-                "resume with the release that saved it, or start a new run"
+                f"the loader state is a position in batches of loader version {version}; this "
+                f"loader is version {formats.LOADER_STATE_VERSION} and draws other batches, so "
+                "resuming would train on other data; resume with the release that saved it, or "
+                "start a new run"
             )
         self._close_reader()
         self._position = Position.from_list(state["position"])
@@ -162,8 +166,9 @@ def make_dataset(config: LoaderConfig) -> grain.IterDataset:
     if config.num_epochs is not None and host.steps(Position.start(len(manifests))) == 0:
         row_tokens = host.planner.width
         raise LoaderError(
-            f"{config.num_epochs} epoch(s) of the {config.split!r} split hold fewer than one global batch "
-            f"of {config.global_batch_size} x {row_tokens} tokens; lower seq_len or global_batch_size, or raise num_epochs"
+            f"{config.num_epochs} epoch(s) of the {config.split!r} split hold fewer than one "
+            f"global batch of {config.global_batch_size} x {row_tokens} tokens; lower seq_len or "
+            "global_batch_size, or raise num_epochs"
         )
     return HostBatchIterDataset(host, worker_count=config.worker_count, sources=len(manifests))
 

@@ -1,4 +1,5 @@
-"""Checks that the sources of a mixture can be mixed: their token ids mean the same and are stored alike.
+"""Checks that the sources of a mixture can be mixed: their token ids mean the same and are stored
+alike.
 
 How records of several sources are interleaved in their token shares, stage by stage, is part of
 the global plan (`pipeline.load.global_index`).
@@ -15,7 +16,13 @@ from schemas.manifest import Manifest, TokenizerInfo
 def _tokenizer_key(tokenizer: TokenizerInfo) -> tuple:
     """What the ids mean, whatever the backend: the identity hash and the boundary ids (the name may
     differ for one table, as `gpt2` and `r50k_base` do)."""
-    return tokenizer.library, tokenizer.vocab_sha256, tokenizer.n_vocab, tokenizer.eot_id, tokenizer.bos_id
+    return (
+        tokenizer.library,
+        tokenizer.vocab_sha256,
+        tokenizer.n_vocab,
+        tokenizer.eot_id,
+        tokenizer.bos_id,
+    )
 
 
 def _describe(tokenizer: TokenizerInfo) -> str:
@@ -37,6 +44,6 @@ def check_compatible(names: Sequence[str], manifests: Sequence[Manifest]) -> Non
             )
         if manifest.dtype != first.dtype:
             raise LoaderError(
-                f"the sources store tokens differently: {first_name!r} as {first.dtype}, {name!r} as "
-                f"{manifest.dtype}; prepare them again with the same tokenizer and release"
+                f"the sources store tokens differently: {first_name!r} as {first.dtype}, {name!r} "
+                f"as {manifest.dtype}; prepare them again with the same tokenizer and release"
             )

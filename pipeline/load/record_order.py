@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.splitmix import splitmix64
 
+
 class EndOfData(Exception):
     """The plan needs a unit of an epoch past the last one asked for."""
 
@@ -41,7 +42,9 @@ def _round_keys(seed: int, source: int, epoch: int) -> list[np.uint64]:
     return keys
 
 
-def permuted(positions: np.ndarray, records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
+def permuted(
+    positions: np.ndarray, records: int, *, seed: int, source: int, epoch: int
+) -> np.ndarray:
     """The records (int64) read at `positions` of epoch `epoch` of source `source`."""
     if records < 1:
         raise ValueError(f"a source has no records to order (records={records})")
@@ -65,28 +68,33 @@ def permuted(positions: np.ndarray, records: int, *, seed: int, source: int, epo
 
 
 def permutation(records: int, *, seed: int, source: int, epoch: int) -> np.ndarray:
-    """The whole order of epoch `epoch` of source `source`: the records in the order it reads them."""
-    return permuted(np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch)
+    """The whole order of epoch `epoch` of source `source`: the records in the order it reads
+    them."""
+    return permuted(
+        np.arange(records, dtype=np.uint64), records, seed=seed, source=source, epoch=epoch
+    )
 
 
 def rotation(size: int, *, seed: int, source: int, epoch: int) -> int:
-    """A keyed offset in [0, size) for epoch `epoch` of source `source`, apart from its order's keys:
-    where concat packing starts cutting the epoch's token stream, so each epoch's windows are cut
-    elsewhere."""
+    """A keyed offset in [0, size) for epoch `epoch` of source `source`, apart from its order's
+    keys: where concat packing starts cutting the epoch's token stream, so each epoch's windows are
+    cut elsewhere."""
     return int(splitmix64(_key(seed, source, epoch) ^ np.uint64(0x5EED0FF5E7)) % np.uint64(size))
 
 
 class EpochOrder:
-    """`records(epoch, start, stop)`: the units at positions [start, stop) of an epoch of one source,
-    computed `BLOCK` positions at a time. An epoch may order another number of units than `records`
-    (`size`): concat packing's epochs hold a number of windows that depends on where the epoch's
-    first one starts."""
+    """`records(epoch, start, stop)`: the units at positions [start, stop) of an epoch of one
+    source, computed `BLOCK` positions at a time. An epoch may order another number of units than
+    `records` (`size`): concat packing's epochs hold a number of windows that depends on where the
+    epoch's first one starts."""
 
     def __init__(self, records: int, *, seed: int, source: int):
         self._records = records
         self._seed = seed
         self._source = source
-        self._block: tuple[int, int, int, np.ndarray] | None = None  # (epoch, first position, size, its records)
+        self._block: tuple[int, int, int, np.ndarray] | None = (
+            None  # (epoch, first position, size, its records)
+        )
 
     def records(self, epoch: int, start: int, stop: int, size: int | None = None) -> np.ndarray:
         size = self._records if size is None else size
@@ -100,4 +108,10 @@ class EpochOrder:
             end = min(stop, first + BLOCK)
             parts.append(self._block[3][start - first : end - first])
             start = end
-        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+        return (
+            parts[0]
+            if len(parts) == 1
+            else np.concatenate(parts)
+            if parts
+            else np.empty(0, np.int64)
+        )

@@ -16,7 +16,9 @@ from array_record.python.array_record_module import ArrayRecordReader
 from pipeline.load.lengths import SplitLengths
 
 _READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
-_FILE_BUFFER = 16384  # bytes: 2 to 8 us less per read than 32 KiB for records of 2,048 to 8,192 uint16 tokens
+_FILE_BUFFER = (
+    16384  # bytes: 2 to 8 us less per read than 32 KiB for records of 2,048 to 8,192 uint16 tokens
+)
 
 
 class SplitRecords:

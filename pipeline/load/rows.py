@@ -32,11 +32,17 @@ def _parts(plan: StepPlan, records: list[np.ndarray], which: np.ndarray) -> zip:
     """Each part as (its record's tokens as a memoryview, start, length, dest), in plain ints;
     `which`: the index in `records` of each part's record."""
     views = [memoryview(r) for r in records]
-    return zip([views[i] for i in which.tolist()], plan.start.tolist(), plan.length.tolist(), plan.dest.tolist())
+    return zip(
+        [views[i] for i in which.tolist()],
+        plan.start.tolist(),
+        plan.length.tolist(),
+        plan.dest.tolist(),
+    )
 
 
-def new_window(steps: int, *, rows: int, seq_len: int, packing: str, source_count: int,
-               dtype: np.dtype) -> dict[str, np.ndarray]:
+def new_window(
+    steps: int, *, rows: int, seq_len: int, packing: str, source_count: int, dtype: np.dtype
+) -> dict[str, np.ndarray]:
     """Zeroed arrays for `steps` batches, which the layouts below fill: a window of batches is laid
     out in place, never stacked from per-step copies.
 
@@ -61,12 +67,18 @@ def transport_dtype(n_vocab: int, seq_len: int) -> np.dtype:
     more to create than the bytes cost to copy: uint16 halves that. `batch_of` hands int32 to the
     caller either way.
     """
-    return np.dtype(np.uint16) if max(n_vocab - 1, seq_len) <= np.iinfo(np.uint16).max else np.dtype(np.int32)
+    return (
+        np.dtype(np.uint16)
+        if max(n_vocab - 1, seq_len) <= np.iinfo(np.uint16).max
+        else np.dtype(np.int32)
+    )
 
 
 def step_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
     """Step `step` of a `new_window`, as views into it."""
-    fields = np.asarray(window[FIELDS])  # a plain view: indexing Grain's shared-memory array subclass is slower
+    fields = np.asarray(
+        window[FIELDS]
+    )  # a plain view: indexing Grain's shared-memory array subclass is slower
     views = {name: fields[f, step] for f, name in enumerate(DOCUMENT_FIELDS[: len(fields)])}
     if SOURCE_TOKENS in window:
         views[SOURCE_TOKENS] = window[SOURCE_TOKENS][step]
@@ -74,15 +86,24 @@ def step_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
 
 
 def batch_of(window: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
-    """Step `step` of a filled `new_window` as a batch: int32 fields (views where the window is int32)."""
+    """Step `step` of a filled `new_window` as a batch: int32 fields (views where the window is
+    int32)."""
     batch = step_of(window, step)
     if window[FIELDS].dtype != np.int32:
-        batch.update((name, batch[name].astype(np.int32)) for name in DOCUMENT_FIELDS[: len(window[FIELDS])])
+        batch.update(
+            (name, batch[name].astype(np.int32)) for name in DOCUMENT_FIELDS[: len(window[FIELDS])]
+        )
     return batch
 
 
-def concat_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, window: dict[str, np.ndarray], *,
-                width: int) -> None:
+def concat_rows(
+    plan: StepPlan,
+    records: list[np.ndarray],
+    which: np.ndarray,
+    window: dict[str, np.ndarray],
+    *,
+    width: int,
+) -> None:
     """Fills `window` (a `new_window`) with the rows of `plan`, already clipped to this host's rows:
     part `i` comes from `records[which[i]]`."""
     fields = np.asarray(window[FIELDS])
@@ -100,21 +121,34 @@ def concat_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, wi
         _count_sources(window, plan, plan.length - heads, rows * width)
 
 
-def document_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, window: dict[str, np.ndarray], *,
-                  before: np.ndarray) -> None:
-    """Fills `window` (a `new_window`, zeroed) with the rows of `plan`, already clipped to this host's
-    rows: part `i` comes from `records[which[i]]`, and where it starts its record, its first input
-    is `before[i]` (the end-of-text id, or the token a continued document has there)."""
+def document_rows(
+    plan: StepPlan,
+    records: list[np.ndarray],
+    which: np.ndarray,
+    window: dict[str, np.ndarray],
+    *,
+    before: np.ndarray,
+) -> None:
+    """Fills `window` (a `new_window`, zeroed) with the rows of `plan`, already clipped to this
+    host's rows: part `i` comes from `records[which[i]]`, and where it starts its record, its first
+    input is `before[i]` (the end-of-text id, or the token a continued document has there)."""
     fields = np.asarray(window[FIELDS])
     seq_len = fields.shape[-1]
-    inputs, targets, segment_ids, positions = (memoryview(fields[f].reshape(-1)) for f in range(len(DOCUMENT_FIELDS)))
+    inputs, targets, segment_ids, positions = (
+        memoryview(fields[f].reshape(-1)) for f in range(len(DOCUMENT_FIELDS))
+    )
     ramp = memoryview(np.arange(seq_len, dtype=fields.dtype))
     same: dict[int, memoryview] = {}  # a row's worth of one segment id
     dest, length, segment = plan.dest, plan.length, plan.segment
-    # A part that goes on from the one before it (the same piece, in another record) goes on counting
-    # positions; segment ids count within a row, so a part goes on only from the last one in its row.
+    # A part that goes on from the one before it (the same piece, in another record) goes on
+    # counting positions; segment ids count within a row, so a part goes on only from the last one
+    # in its row.
     goes_on = np.zeros(len(dest), bool)
-    goes_on[1:] = (dest[1:] == dest[:-1] + length[:-1]) & (segment[1:] == segment[:-1]) & (dest[1:] % seq_len != 0)
+    goes_on[1:] = (
+        (dest[1:] == dest[:-1] + length[:-1])
+        & (segment[1:] == segment[:-1])
+        & (dest[1:] % seq_len != 0)
+    )
     begin = np.cumsum(length) - length
     counted = begin - begin[np.maximum.accumulate(np.where(goes_on, 0, np.arange(len(dest))))]
     for (tokens, start, n, at), segment_id, first, token in zip(
@@ -135,8 +169,11 @@ def document_rows(plan: StepPlan, records: list[np.ndarray], which: np.ndarray, 
         _count_sources(window, plan, length, len(fields[0, 0]) * seq_len)
 
 
-def _count_sources(window: dict[str, np.ndarray], plan: StepPlan, tokens: np.ndarray, batch: int) -> None:
-    """Each step's target tokens from each source: `tokens` of each part, in batches of `batch` flat tokens."""
+def _count_sources(
+    window: dict[str, np.ndarray], plan: StepPlan, tokens: np.ndarray, batch: int
+) -> None:
+    """Each step's target tokens from each source: `tokens` of each part, in batches of `batch` flat
+    tokens."""
     counts = window[SOURCE_TOKENS]
     steps, sources = counts.shape
     slot = plan.dest // batch * sources + plan.source

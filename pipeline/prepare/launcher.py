@@ -19,16 +19,20 @@ import sys
 import time
 
 from pipeline.cli import config_file
-
-from pipeline.dataset import storage
 from pipeline.cli.arguments import add_settings
 from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.log_cadence import format_count, format_duration
-from pipeline.prepare.execution import beam_options
+from pipeline.dataset import storage
 from pipeline.prepare.clean.dry_run import dry_run_report
 from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
 from pipeline.prepare.clean.removals import cleans
+from pipeline.prepare.execution import beam_options
+from pipeline.prepare.execution.worker_environment import package_versions
+from pipeline.prepare.planning import Plan, make_plan, worker_extras
+from pipeline.prepare.read import SourceError
+from pipeline.prepare.resume import done_units
+from pipeline.prepare.stages import PrepareError, stage_runner
 from pipeline.prepare.write.finalize import FinalizeError, write_outputs
 from pipeline.prepare.write.output_dir import (
     COMPLETE,
@@ -36,11 +40,6 @@ from pipeline.prepare.write.output_dir import (
     earlier_hub_revisions,
     prepare_output_dir,
 )
-from pipeline.prepare.planning import Plan, make_plan, worker_extras
-from pipeline.prepare.read import SourceError
-from pipeline.prepare.resume import done_units
-from pipeline.prepare.stages import PrepareError, stage_runner
-from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.tokenization import is_path_spec
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
@@ -57,34 +56,58 @@ class LaunchOptions:
 
     config: str | None = config_file.option("unit-bytes = 1048576")
     input: list[str] | None = setting(
-        None, "file, glob, directory or hub id; repeatable", repeat=True, required=True,
-        launch="the files it names are the manifest's inputs, each with its size and digest")
+        None,
+        "file, glob, directory or hub id; repeatable",
+        repeat=True,
+        required=True,
+        launch="the files it names are the manifest's inputs, each with its size and digest",
+    )
     output: str | None = setting(
-        None, "output directory (local or any Beam filesystem)", required=True,
-        launch="the directory the manifest describes, not part of what it holds")
+        None,
+        "output directory (local or any Beam filesystem)",
+        required=True,
+        launch="the directory the manifest describes, not part of what it holds",
+    )
     hf_revision: str | None = setting(
-        None, "branch, tag or commit of hub datasets", unset="what an unfinished run here pinned, else main",
-        launch="resolved to the commit it names when the run starts, recorded in the manifest's hub_revisions")
+        None,
+        "branch, tag or commit of hub datasets",
+        unset="what an unfinished run here pinned, else main",
+        launch="resolved to the commit it names when the run starts, recorded in the manifest's "
+        "hub_revisions",
+    )
     overwrite: bool = setting(
-        False, "replace what an earlier prepare run wrote in --output",
-        launch="how the output directory is taken, not what is written to it")
+        False,
+        "replace what an earlier prepare run wrote in --output",
+        launch="how the output directory is taken, not what is written to it",
+    )
     filter_dry_run: bool = setting(
-        False, "run the cleaning stage only and print what each rule removes, with samples; write no shards",
-        launch="a dry run writes no shards and no manifest")
-    verbose: bool = setting(False, "tracebacks with errors", launch="what an error prints, not what a run writes")
+        False,
+        "run the cleaning stage only and print what each rule removes, with samples; write no "
+        "shards",
+        launch="a dry run writes no shards and no manifest",
+    )
+    verbose: bool = setting(
+        False, "tracebacks with errors", launch="what an error prints, not what a run writes"
+    )
 
 
 def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other options go\n"
-        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location gs://...).",
+        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other "
+        "options go\n"
+        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location "
+        "gs://...).",
         formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     add_settings(parser, LaunchOptions, title="the run (not part of the manifest's config)")
-    add_settings(parser, PrepareConfig, title="settings (the manifest's config)",
-                 readers={"decontaminate": _paths, "filter_params": _parameter})
+    add_settings(
+        parser,
+        PrepareConfig,
+        title="settings (the manifest's config)",
+        readers={"decontaminate": _paths, "filter_params": _parameter},
+    )
     return parser
 
 
@@ -101,14 +124,17 @@ def _parameter(value: str) -> tuple[str, str, object]:
 
 
 def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, object]]:
-    """`--filter-param` values by filter, keys sorted: the config is the same however they were ordered."""
+    """`--filter-param` values by filter, keys sorted: the config is the same however they were
+    ordered."""
     params: dict[str, dict[str, object]] = {}
     for name, key, value in given:
         params.setdefault(name, {})[key] = value
     return {name: dict(sorted(values.items())) for name, values in sorted(params.items())}
 
 
-def parse_args(argv: list[str] | None, prog: str = "tokshards prepare") -> tuple[argparse.Namespace, list[str]]:
+def parse_args(
+    argv: list[str] | None, prog: str = "tokshards prepare"
+) -> tuple[argparse.Namespace, list[str]]:
     """Our settings (from --config FILE, overridden by flags) and the options that go to Beam."""
     argv = sys.argv[1:] if argv is None else argv
     args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
@@ -143,7 +169,8 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
 
 
 def _bytes_read() -> int:
-    """Bytes this process has read through read() calls so far (Linux), to show what planning costs."""
+    """Bytes this process has read through read() calls so far (Linux), to show what planning
+    costs."""
     try:
         with open("/proc/self/io") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
@@ -151,7 +178,9 @@ def _bytes_read() -> int:
         return 0
 
 
-def _run_pending(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, dry_run: bool = False) -> dict:
+def _run_pending(
+    plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool, dry_run: bool = False
+) -> dict:
     """Runs the cleaning stage and the units not done yet; returns what run_info.json records of
     them. A dry run runs the cleaning stage alone and returns its report."""
     done = done_units(plan, output_dir)
@@ -192,24 +221,36 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
     started = time.time()
     try:
         config = _config(args)
-        output_dir = args.output if not storage.is_local(args.output) else os.path.abspath(args.output)
+        output_dir = (
+            args.output if not storage.is_local(args.output) else os.path.abspath(args.output)
+        )
         pinned = {} if args.overwrite else earlier_hub_revisions(output_dir)
         if args.hf_revision:
             pinned = {spec: args.hf_revision for spec in args.input}
         read_before = _bytes_read()
         plan = make_plan(args.input, config, pinned)
-        planning = {"planning_seconds": time.time() - started, "planning_bytes_read": _bytes_read() - read_before}
+        planning = {
+            "planning_seconds": time.time() - started,
+            "planning_bytes_read": _bytes_read() - read_before,
+        }
         evals = _eval_set(config)
         state = prepare_output_dir(output_dir, plan, overwrite=args.overwrite)
     except UsageError:
         raise
     except FileNotFoundError as e:
-        raise PrepareError(f"{e.filename or e}: no such file; check --input and --decontaminate") from None
+        raise PrepareError(
+            f"{e.filename or e}: no such file; check --input and --decontaminate"
+        ) from None
     except (ValueError, SourceError, OutputError, OSError, EvalSetError) as e:
         raise PrepareError(str(e)) from None
     if state == COMPLETE:
-        print(f"{output_dir} is already complete for these inputs and config; nothing to do", file=sys.stderr)
-        return Manifest.from_json(storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME)))
+        print(
+            f"{output_dir} is already complete for these inputs and config; nothing to do",
+            file=sys.stderr,
+        )
+        return Manifest.from_json(
+            storage.read_text(storage.join(output_dir, formats.MANIFEST_NAME))
+        )
     if args.filter_dry_run:
         return _dry_run(plan, output_dir, pipeline_args, args.verbose)
     try:
@@ -223,7 +264,9 @@ def run(argv: list[str] | None = None, prog: str = "tokshards prepare") -> Manif
             "host": platform.node(),
             "launcher_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
-        manifest = write_outputs(output_dir, plan, run_info, package_versions(worker_extras(plan)), evals)
+        manifest = write_outputs(
+            output_dir, plan, run_info, package_versions(worker_extras(plan)), evals
+        )
     except (FinalizeError, OSError) as e:
         raise PrepareError(str(e)) from None
     print(summary(manifest, output_dir, time.time() - started), file=sys.stderr)
@@ -234,14 +277,19 @@ def _dry_run(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: boo
     """Prints what the cleaning stage removes. Its work is kept in the output directory: a run with
     the same inputs and config, without --filter-dry-run, goes on to tokenize from there."""
     if not cleans(plan.config):
-        raise PrepareError("--filter-dry-run needs a cleaning rule: --filter (or --dedup, --decontaminate)")
+        raise PrepareError(
+            "--filter-dry-run needs a cleaning rule: --filter (or --dedup, --decontaminate)"
+        )
     try:
         ran = _run_pending(plan, output_dir, pipeline_args, verbose, dry_run=True)
     except OSError as e:
         raise PrepareError(str(e)) from None
     print(ran["report"])
-    print(f"dry run: no shards written; rerun without --filter-dry-run to write them (the cleaning done in "
-          f"{output_dir} is kept), or with other rules and --overwrite", file=sys.stderr)
+    print(
+        "dry run: no shards written; rerun without --filter-dry-run to write them (the cleaning "
+        f"done in {output_dir} is kept), or with other rules and --overwrite",
+        file=sys.stderr,
+    )
 
 
 def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:
@@ -258,5 +306,9 @@ def summary(manifest: Manifest, output_dir: str, seconds: float) -> str:
     if manifest.counts:
         lines.append("  counts: " + json.dumps(manifest.counts, sort_keys=True))
     if manifest.removed:
-        lines.append("  removed: " + json.dumps(manifest.removed, sort_keys=True) + " (listed in removals.jsonl)")
+        lines.append(
+            "  removed: "
+            + json.dumps(manifest.removed, sort_keys=True)
+            + " (listed in removals.jsonl)"
+        )
     return "\n".join(lines)

@@ -16,9 +16,9 @@ import json
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.eval_sets import file_sha256
+from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.read.documents import Reject
 from pipeline.prepare.read.inputs import resolve_inputs
-from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.units import WorkUnit
 from pipeline.tokenization import tokenizer_info
 from schemas.manifest import TokenizerInfo
@@ -54,7 +54,10 @@ class Plan:
             "config": dataclasses.asdict(self.config),
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "inputs": [dataclasses.asdict(i) for i in self.inputs],
-            "eval_files": [{"path": p, "sha256": d} for p, d in zip(self.config.decontaminate, self.eval_digests)],
+            "eval_files": [
+                {"path": p, "sha256": d}
+                for p, d in zip(self.config.decontaminate, self.eval_digests)
+            ],
         }
 
     def fingerprint(self) -> str:
@@ -101,12 +104,16 @@ def _stat_input(path: str) -> storage.FileInfo:
         raise SourceError(f"input {path} does not exist") from None
 
 
-def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str] | None = None) -> Plan:
+def make_plan(
+    input_specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str] | None = None
+) -> Plan:
     """Inputs are looked at concurrently (metadata requests wait on the network) and taken in order:
     their sizes first, which decide the unit size (`unit_bytes_for`), then their layout.
 
     `hub_revisions` pins hub ids (see `resolve_inputs`)."""
-    tokenizer = tokenizer_info(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    tokenizer = tokenizer_info(
+        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
+    )
     resolved = resolve_inputs(input_specs, config, hub_revisions or {})
     inputs: list[PlannedInput] = []
     bad: list[Reject] = []
@@ -129,17 +136,29 @@ def make_plan(input_specs: list[str], config: PrepareConfig, hub_revisions: dict
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         infos = settled([pool.submit(_stat_input, path) for path, _ in resolved.files])
-        sized = dataclasses.replace(config, unit_bytes=unit_bytes_for(sum(i.size for i in infos if i), config))
-        layouts = settled([
-            pool.submit(SOURCES[fmt].plan, path, info, sized) if info is not None else None
-            for (path, fmt), info in zip(resolved.files, infos)
-        ])
+        sized = dataclasses.replace(
+            config, unit_bytes=unit_bytes_for(sum(i.size for i in infos if i), config)
+        )
+        layouts = settled(
+            [
+                pool.submit(SOURCES[fmt].plan, path, info, sized) if info is not None else None
+                for (path, fmt), info in zip(resolved.files, infos)
+            ]
+        )
     for (path, fmt), info, ranges in zip(resolved.files, infos, layouts):
         if ranges is None:
             continue
         units += [
-            WorkUnit(index=len(units) + i, input_index=len(inputs), path=path, format=fmt, start=start, end=end,
-                     size=info.size, version=info.version)
+            WorkUnit(
+                index=len(units) + i,
+                input_index=len(inputs),
+                path=path,
+                format=fmt,
+                start=start,
+                end=end,
+                size=info.size,
+                version=info.version,
+            )
             for i, (start, end) in enumerate(ranges)
         ]
         inputs.append(PlannedInput(path, fmt, info.size, info.version))

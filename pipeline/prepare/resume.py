@@ -16,7 +16,9 @@ from pipeline.prepare.units import UnitResult
 from pipeline.prepare.write.finalize import finished_units, forget_units, is_complete
 
 
-def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]) -> None:
+def check_same_packages(
+    output_dir: str, done: dict[int, UnitResult], installed: dict[str, str]
+) -> None:
     """Refuses to resume units written under other package versions than those installed now: the
     run's shards would mix two tokenizers or writers. Checked before any unit runs."""
     for result in done.values():
@@ -24,8 +26,9 @@ def check_same_packages(output_dir: str, done: dict[int, UnitResult], installed:
         if differences:
             listed = ", ".join(f"{name} {old} (installed: {new})" for name, old, new in differences)
             raise PrepareError(
-                f"{output_dir} holds an unfinished run started with other package versions: {listed}; "
-                "install the versions it was started with to resume it, or pass --overwrite to start again"
+                f"{output_dir} holds an unfinished run started with other package versions: "
+                f"{listed}; install the versions it was started with to resume it, or pass "
+                "--overwrite to start again"
             )
 
 
@@ -34,7 +37,9 @@ def done_units(plan: Plan, output_dir: str) -> dict[int, UnitResult]:
     installed packages; every other unit record is deleted."""
     sizes = shard_sizes(output_dir)
     recorded = finished_units(output_dir)
-    done = {i: r for i, r in recorded.items() if r.plan == plan.fingerprint() and is_complete(r, sizes)}
+    done = {
+        i: r for i, r in recorded.items() if r.plan == plan.fingerprint() and is_complete(r, sizes)
+    }
     check_same_packages(output_dir, done, package_versions(worker_extras(plan)))
     forget_units(output_dir, sorted(set(recorded) - set(done)))
     return done

@@ -24,4 +24,6 @@ class RunContext:
     package_versions: dict[str, str]  # the launcher's, for the run's extras
     extras: tuple[str, ...]
     failures_dir: str
-    eval_digests: tuple[str, ...] = ()  # SHA-256 of each of config.decontaminate, as the launcher read them
+    eval_digests: tuple[
+        str, ...
+    ] = ()  # SHA-256 of each of config.decontaminate, as the launcher read them

@@ -38,7 +38,8 @@ from schemas.prepare_config import PrepareConfig, near_threshold
 
 
 class PrepareError(RunError, RuntimeError):
-    """An expected failure of a run, reported as one line; `details` (a traceback) with --verbose."""
+    """An expected failure of a run, reported as one line; `details` (a traceback) with
+    --verbose."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,11 @@ class StageRunner:
         return runner_name(self.options)
 
     def run(
-        self, stage: Stage, units: list[WorkUnit], finished: Callable[[], set[int]], progress: Progress | None = None
+        self,
+        stage: Stage,
+        units: list[WorkUnit],
+        finished: Callable[[], set[int]],
+        progress: Progress | None = None,
     ) -> int:
         """Runs the stage's units until `finished` lists them all, reporting `progress` if given;
         returns the restarts made after lost workers. The job's failure, or the first unit failure
@@ -78,7 +83,9 @@ class StageRunner:
         tick = progress.tick if progress is not None else lambda: None
         try:
             if self.local:
-                restarts = watch.run_local(units, self.context, self.options, finished, tick, stage.build)
+                restarts = watch.run_local(
+                    units, self.context, self.options, finished, tick, stage.build
+                )
             else:
                 watch.run_remote(units, self.context, self.options, finished, tick, stage.build)
                 restarts = 0
@@ -88,12 +95,19 @@ class StageRunner:
             progress.finish()
         failures = read_failures(self.context.failures_dir)
         if failures:
-            more = f" (and {len(failures) - 1} more failed units)" if stage.counts_failures and len(failures) > 1 else ""
+            more = (
+                f" (and {len(failures) - 1} more failed units)"
+                if stage.counts_failures and len(failures) > 1
+                else ""
+            )
             raise self._failed(stage, failures[0].message + more, failures[0].traceback)
         return restarts
 
     def _failed(self, stage: Stage, message: str, details: str) -> PrepareError:
-        return PrepareError(f"{message}; the {stage.kept} are kept, and a rerun resumes", details if self.verbose else "")
+        return PrepareError(
+            f"{message}; the {stage.kept} are kept, and a rerun resumes",
+            details if self.verbose else "",
+        )
 
     def clean(self) -> float:
         """Runs the cleaning stage unless it is not asked for or already complete; returns its
@@ -136,9 +150,11 @@ class StageRunner:
 
 
 @contextlib.contextmanager
-def stage_runner(plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool) -> Iterator[StageRunner]:
-    """The runner of the plan's stages, with the options that go to Beam and a scratch directory (the
-    workers' staged requirements, a local run's failures) that lasts while they run."""
+def stage_runner(
+    plan: Plan, output_dir: str, pipeline_args: list[str], verbose: bool
+) -> Iterator[StageRunner]:
+    """The runner of the plan's stages, with the options that go to Beam and a scratch directory
+    (the workers' staged requirements, a local run's failures) that lasts while they run."""
     extras = worker_extras(plan)
     with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
         try:
@@ -167,9 +183,13 @@ def _cleaning_rules(config: PrepareConfig) -> str:
     rules = [f"filters {','.join(config.filters)}"] if config.filters else []
     rules.append(f"dedup {config.dedup}")
     if config.dedup == "near":
-        rules[-1] += (f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} rows, "
-                     f"threshold about {near_threshold(config.near_bands, config.near_rows):.2f}")
+        rules[-1] += (
+            f": word {config.near_ngram}-grams, {config.near_bands} bands x {config.near_rows} "
+            f"rows, threshold about {near_threshold(config.near_bands, config.near_rows):.2f}"
+        )
     if config.decontaminate:
-        rules.append(f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at most "
-                     f"{config.decontaminate_max_matches} documents")
+        rules.append(
+            f"{len(config.decontaminate)} eval files, {config.decontaminate_ngram}-grams in at "
+            f"most {config.decontaminate_max_matches} documents"
+        )
     return "; ".join(rules)

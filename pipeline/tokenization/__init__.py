@@ -18,4 +18,11 @@ from pipeline.tokenization.boundaries import TokenizerError
 from pipeline.tokenization.hub import is_hub_spec
 from pipeline.tokenization.specs import Tokenizer, is_path_spec, load_tokenizer, tokenizer_info
 
-__all__ = ["Tokenizer", "TokenizerError", "is_hub_spec", "is_path_spec", "load_tokenizer", "tokenizer_info"]
+__all__ = [
+    "Tokenizer",
+    "TokenizerError",
+    "is_hub_spec",
+    "is_path_spec",
+    "load_tokenizer",
+    "tokenizer_info",
+]

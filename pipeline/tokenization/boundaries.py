@@ -37,7 +37,8 @@ class TokenizerError(RunError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
-    """The ids around each document and where the rule came from (for the manifest and `inspect`)."""
+    """The ids around each document and where the rule came from (for the manifest and
+    `inspect`)."""
 
     eos_token: str
     eos_id: int
@@ -61,19 +62,23 @@ def resolve_boundary(
     bos_flag: str | None,
     eos_flag: str | None,
 ) -> Boundary:
-    """The rule: the `--bos-token`/`--eos-token` flags over the tokenizer's own `bos`/`eos` (found in
-    `source`), and with no EOS from either, the first of `DEFAULT_EOS_TOKENS` the tokenizer holds.
-    `specials` are the tokenizer's special tokens; a boundary token must be one of them."""
+    """The rule: the `--bos-token`/`--eos-token` flags over the tokenizer's own `bos`/`eos` (found
+    in `source`), and with no EOS from either, the first of `DEFAULT_EOS_TOKENS` the tokenizer
+    holds. `specials` are the tokenizer's special tokens; a boundary token must be one of them."""
     if bos_flag is not None or eos_flag is not None:
-        source = "the --bos-token/--eos-token flags" if bos is None and eos is None else f"{source} and flags"
+        source = (
+            "the --bos-token/--eos-token flags"
+            if bos is None and eos is None
+            else f"{source} and flags"
+        )
     bos = (None if bos_flag == NO_BOS else bos_flag) if bos_flag is not None else bos
     eos = eos_flag if eos_flag is not None else eos
     if eos is None:
         eos = next((t for t in DEFAULT_EOS_TOKENS if token_id(t) is not None), None)
         if eos is None:
             raise TokenizerError(
-                f"tokenizer {spec!r} names no end-of-document token and holds none of {list(DEFAULT_EOS_TOKENS)}; "
-                "pass --eos-token TOKEN"
+                f"tokenizer {spec!r} names no end-of-document token and holds none of "
+                f"{list(DEFAULT_EOS_TOKENS)}; pass --eos-token TOKEN"
             )
         source = "the default" if bos is None else source
     ids = {}
@@ -82,18 +87,21 @@ def resolve_boundary(
             ids[flag] = token_id(token)
             if ids[flag] is None:
                 raise TokenizerError(
-                    f"tokenizer {spec!r} has no token {token!r} ({flag}); pass one of its special tokens{_listed(specials)}"
+                    f"tokenizer {spec!r} has no token {token!r} ({flag}); pass one of its special "
+                    f"tokens{_listed(specials)}"
                 )
             if token not in specials:
                 raise TokenizerError(
-                    f"{token!r} ({flag}, from {source}) is not a special token of tokenizer {spec!r}: document text "
-                    f"holding it would encode to its id and split the document; pass one of its special "
-                    f"tokens{_listed(specials)}, or mark it special in the tokenizer"
+                    f"{token!r} ({flag}, from {source}) is not a special token of tokenizer "
+                    f"{spec!r}: document text holding it would encode to its id and split the "
+                    f"document; pass one of its special tokens{_listed(specials)}, or mark it "
+                    "special in the tokenizer"
                 )
     if bos is not None and ids["--bos-token"] == ids["--eos-token"]:
         raise TokenizerError(
-            f"the BOS {bos!r} is also the EOS (from {source}): documents end at the EOS, so each BOS would end a "
-            "document of its own; pass --bos-token none (the EOS after each document already precedes the next)"
+            f"the BOS {bos!r} is also the EOS (from {source}): documents end at the EOS, so each "
+            "BOS would end a document of its own; pass --bos-token none (the EOS after each "
+            "document already precedes the next)"
         )
     return Boundary(eos, ids["--eos-token"], bos, ids.get("--bos-token"), source)
 
@@ -114,15 +122,20 @@ def check_boundary_counts(flat: np.ndarray, counts: dict[str, int], boundary: Bo
     """Raises unless `flat` holds the EOS and the BOS exactly `counts["EOS"]` and `counts["BOS"]`
     times (those the rule put there): a boundary id that document text encoded to would split a
     document wherever ids are read back."""
-    for name, token_id, token in (("EOS", boundary.eos_id, boundary.eos_token), ("BOS", boundary.bos_id, boundary.bos_token)):
+    for name, token_id, token in (
+        ("EOS", boundary.eos_id, boundary.eos_token),
+        ("BOS", boundary.bos_id, boundary.bos_token),
+    ):
         if token_id is not None and np.count_nonzero(flat == token_id) != counts[name]:
             raise BoundaryInTextError(
-                f"document text encoded to the {name} id {token_id} ({token!r}): the tokenizer's ordinary "
-                "vocabulary holds that id too; give the boundary token an id of its own"
+                f"document text encoded to the {name} id {token_id} ({token!r}): the tokenizer's "
+                "ordinary vocabulary holds that id too; give the boundary token an id of its own"
             )
 
 
-def join_documents(documents: Sequence[Sequence[int]], boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+def join_documents(
+    documents: Sequence[Sequence[int]], boundary: Boundary
+) -> tuple[np.ndarray, np.ndarray]:
     """Each document's ids between its boundary ids, concatenated as uint32, and their lengths
     (boundary ids included)."""
     lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
@@ -139,15 +152,25 @@ def join_documents(documents: Sequence[Sequence[int]], boundary: Boundary) -> tu
         body[starts] = False
         flat[starts] = boundary.bos_id
     flat[body] = np.fromiter(
-        itertools.chain.from_iterable(documents), dtype=np.uint32, count=total - extra * len(documents)
+        itertools.chain.from_iterable(documents),
+        dtype=np.uint32,
+        count=total - extra * len(documents),
     )
     check_boundary_counts(flat, {"EOS": len(documents), "BOS": len(documents)}, boundary)
     return flat, lengths
 
 
-def piece_ids(ids: Sequence[int], boundary: Boundary, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
+def piece_ids(
+    ids: Sequence[int], boundary: Boundary, *, first: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """One piece of a cut document: the BOS only before the first piece, the EOS after every one."""
     bos = [boundary.bos_id] if first and boundary.bos_id is not None else []
-    flat = np.concatenate([np.array(bos, dtype=np.uint32), np.asarray(ids, dtype=np.uint32), np.array([boundary.eos_id], dtype=np.uint32)])
+    flat = np.concatenate(
+        [
+            np.array(bos, dtype=np.uint32),
+            np.asarray(ids, dtype=np.uint32),
+            np.array([boundary.eos_id], dtype=np.uint32),
+        ]
+    )
     check_boundary_counts(flat, {"EOS": 1, "BOS": len(bos)}, boundary)
     return flat, np.array([len(flat)], dtype=np.int64)

@@ -1,4 +1,5 @@
-"""The tokenizer a prepared directory keeps, so that `inspect`, `train` and `sample` need nothing else.
+"""The tokenizer a prepared directory keeps, so that `inspect`, `train` and `sample` need nothing
+else.
 
 prepare saves the tokenizer it encoded with into `tokenizer/` of its output, the way a training run
 saves its own (`Tokenizer.save`): a `tokenizer.json` with its config, or a tiktoken spec file with
@@ -23,7 +24,9 @@ from pipeline.tokenization.specs import Tokenizer, is_path_spec, load_tokenizer
 from schemas import formats
 from schemas.manifest import Manifest, TokenizerCopy
 
-ReadFile = Callable[[str], bytes]  # a path in the directory -> its bytes; FileNotFoundError if absent
+ReadFile = Callable[
+    [str], bytes
+]  # a path in the directory -> its bytes; FileNotFoundError if absent
 
 
 def save_copy(tokenizer: Tokenizer, write: Callable[[str, bytes], None]) -> TokenizerCopy | None:
@@ -40,7 +43,9 @@ def save_copy(tokenizer: Tokenizer, write: Callable[[str, bytes], None]) -> Toke
             relative = f"{formats.TOKENIZER_COPY_DIR}/{name}"
             write(relative, data)
             files[relative] = hashlib.sha256(data).hexdigest()
-    return TokenizerCopy(load_as=f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(load_as)}", files=files)
+    return TokenizerCopy(
+        load_as=f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(load_as)}", files=files
+    )
 
 
 def _checked(data_dir: str, copy: TokenizerCopy, read: ReadFile) -> dict[str, bytes]:
@@ -50,13 +55,13 @@ def _checked(data_dir: str, copy: TokenizerCopy, read: ReadFile) -> dict[str, by
             data = read(os.path.join(data_dir, relative))
         except FileNotFoundError:
             raise TokenizerError(
-                f"{os.path.join(data_dir, relative)} is missing: {data_dir} lacks the tokenizer files it was "
-                "prepared with; copy the whole directory, or prepare it again"
+                f"{os.path.join(data_dir, relative)} is missing: {data_dir} lacks the tokenizer "
+                "files it was prepared with; copy the whole directory, or prepare it again"
             ) from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise TokenizerError(
-                f"{os.path.join(data_dir, relative)} is not the tokenizer file prepare wrote (its SHA-256 differs "
-                "from the manifest's); restore it, or prepare the directory again"
+                f"{os.path.join(data_dir, relative)} is not the tokenizer file prepare wrote (its "
+                "SHA-256 differs from the manifest's); restore it, or prepare the directory again"
             )
         found[relative] = data
     return found
@@ -90,8 +95,9 @@ def copy_spec(data_dir: str, manifest: Manifest, read: ReadFile) -> str:
         spec = manifest.config.tokenizer
         if is_path_spec(spec) and not os.path.exists(spec):
             raise TokenizerError(
-                f"{data_dir} holds no copy of its tokenizer (prepared by an earlier version) and the file it was "
-                f"prepared with, {spec}, is gone; put it back there, or prepare the directory again"
+                f"{data_dir} holds no copy of its tokenizer (prepared by an earlier version) and "
+                f"the file it was prepared with, {spec}, is gone; put it back there, or prepare "
+                "the directory again"
             )
         return spec
     if "://" not in data_dir:
@@ -104,10 +110,12 @@ def load_copy(data_dir: str, manifest: Manifest, read: ReadFile) -> Tokenizer:
     """The directory's tokenizer with the boundary rule it was prepared with, checked to give the
     manifest's ids."""
     config = manifest.config
-    tokenizer = load_tokenizer(copy_spec(data_dir, manifest, read), bos_token=config.bos_token, eos_token=config.eos_token)
+    tokenizer = load_tokenizer(
+        copy_spec(data_dir, manifest, read), bos_token=config.bos_token, eos_token=config.eos_token
+    )
     if tokenizer.info.vocab_sha256 != manifest.tokenizer.vocab_sha256:
         raise TokenizerError(
-            f"the tokenizer of {data_dir} now has identity {tokenizer.info.vocab_sha256[:12]}, not the manifest's "
-            f"{manifest.tokenizer.vocab_sha256[:12]}; prepare the directory again"
+            f"the tokenizer of {data_dir} now has identity {tokenizer.info.vocab_sha256[:12]}, not "
+            f"the manifest's {manifest.tokenizer.vocab_sha256[:12]}; prepare the directory again"
         )
     return tokenizer

@@ -22,7 +22,13 @@ import os
 import numpy as np
 import tokenizers
 
-from pipeline.tokenization.boundaries import Boundary, TokenizerError, join_documents, piece_ids, resolve_boundary
+from pipeline.tokenization.boundaries import (
+    Boundary,
+    TokenizerError,
+    join_documents,
+    piece_ids,
+    resolve_boundary,
+)
 from pipeline.tokenization.long_text import PIECE_CHARS, encode_in_pieces
 from schemas.manifest import TokenizerInfo
 
@@ -97,7 +103,9 @@ class HFTokenizer:
 
     library = "tokenizers"
 
-    def __init__(self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None):
+    def __init__(
+        self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None
+    ):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             with open(path, encoding="utf-8") as f:
@@ -105,7 +113,9 @@ class HFTokenizer:
             definition = json.loads(self._text)
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
         except Exception as e:  # the library raises plain Exceptions
-            raise TokenizerError(f"{path!r} is not a tokenizer.json the tokenizers library reads: {e}") from None
+            raise TokenizerError(
+                f"{path!r} is not a tokenizer.json the tokenizers library reads: {e}"
+            ) from None
         self._tokenizer.encode_special_tokens = True
         # A file saved with truncation or padding on would cut or pad every document.
         self._tokenizer.no_truncation()
@@ -117,10 +127,18 @@ class HFTokenizer:
                 self._config_text = f.read()
         config = json.loads(self._config_text) if self._config_text else None
         bos, eos, source = boundary_of(definition, config)
-        specials = {t.content for t in self._tokenizer.get_added_tokens_decoder().values() if t.special}
+        specials = {
+            t.content for t in self._tokenizer.get_added_tokens_decoder().values() if t.special
+        }
         self.boundary: Boundary = resolve_boundary(
-            spec=path, token_id=self._tokenizer.token_to_id, specials=specials, bos=bos, eos=eos, source=source,
-            bos_flag=bos_flag, eos_flag=eos_flag,
+            spec=path,
+            token_id=self._tokenizer.token_to_id,
+            specials=specials,
+            bos=bos,
+            eos=eos,
+            source=source,
+            bos_flag=bos_flag,
+            eos_flag=eos_flag,
         )
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.info = TokenizerInfo(
@@ -139,7 +157,9 @@ class HFTokenizer:
         try:
             encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         except TypeError:  # a lone surrogate somewhere in the batch
-            encodings = self._tokenizer.encode_batch_fast(_without_surrogates(texts), add_special_tokens=False)
+            encodings = self._tokenizer.encode_batch_fast(
+                _without_surrogates(texts), add_special_tokens=False
+            )
         return [e.ids for e in encodings]
 
     def _encode_one(self, text: str) -> np.ndarray:
@@ -151,7 +171,10 @@ class HFTokenizer:
         if len(short) == len(texts):
             return self._encode_batch(texts)
         ids = iter(self._encode_batch(short))
-        return [next(ids) if len(t) <= PIECE_CHARS else encode_in_pieces(t, self._encode_one) for t in texts]
+        return [
+            next(ids) if len(t) <= PIECE_CHARS else encode_in_pieces(t, self._encode_one)
+            for t in texts
+        ]
 
     def encode_ordinary(self, text: str) -> list[int]:
         return encode_in_pieces(text, self._encode_one).tolist()
@@ -163,14 +186,20 @@ class HFTokenizer:
         """`[BOS] + ids + [EOS]` for every document, concatenated, and their lengths."""
         if len(texts) <= ENCODE_BATCH:
             return join_documents(self._encode(texts), self.boundary)
-        parts = [self.encode_documents(texts[i : i + ENCODE_BATCH]) for i in range(0, len(texts), ENCODE_BATCH)]
-        return np.concatenate([flat for flat, _ in parts]), np.concatenate([lengths for _, lengths in parts])
+        parts = [
+            self.encode_documents(texts[i : i + ENCODE_BATCH])
+            for i in range(0, len(texts), ENCODE_BATCH)
+        ]
+        return np.concatenate([flat for flat, _ in parts]), np.concatenate(
+            [lengths for _, lengths in parts]
+        )
 
     def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
         return piece_ids(encode_in_pieces(text, self._encode_one), self.boundary, first=first)
 
     def save(self, directory: str) -> str:
-        """Copies the definition (and its config) into `directory`; returns what loads it from there."""
+        """Copies the definition (and its config) into `directory`; returns what loads it from
+        there."""
         os.makedirs(directory, exist_ok=True)
         for name, text in ((TOKENIZER_FILE, self._text), (CONFIG_FILE, self._config_text)):
             if text is not None:

@@ -26,7 +26,9 @@ def is_hub_spec(spec: str) -> bool:
 def _parse(spec: str) -> tuple[str, str | None]:
     match = _SPEC.fullmatch(spec)
     if match is None:
-        raise TokenizerError(f"hub tokenizer {spec!r} is not {PREFIX}ORG/NAME or {PREFIX}ORG/NAME@REVISION")
+        raise TokenizerError(
+            f"hub tokenizer {spec!r} is not {PREFIX}ORG/NAME or {PREFIX}ORG/NAME@REVISION"
+        )
     return match["repo"], match["revision"]
 
 
@@ -34,7 +36,9 @@ def _client():
     try:
         import huggingface_hub
     except ImportError:
-        raise TokenizerError("hub tokenizers need the Hugging Face client: pip install huggingface_hub") from None
+        raise TokenizerError(
+            "hub tokenizers need the Hugging Face client: pip install huggingface_hub"
+        ) from None
     return huggingface_hub
 
 
@@ -45,7 +49,9 @@ def pin(spec: str) -> str:
     try:
         sha = hub.HfApi().model_info(repo, revision=revision).sha
     except Exception as e:  # the client's errors: not found, gated, unreachable
-        raise TokenizerError(f"hub tokenizer {spec!r} cannot be resolved: {type(e).__name__}: {e}".split("\n")[0]) from None
+        raise TokenizerError(
+            f"hub tokenizer {spec!r} cannot be resolved: {type(e).__name__}: {e}".split("\n")[0]
+        ) from None
     return f"{PREFIX}{repo}@{sha}"
 
 
@@ -54,7 +60,10 @@ def download(spec: str) -> tuple[str, str]:
     one), and the repo id as the tokenizer's name."""
     repo, revision = _parse(spec)
     if revision is None or not _PINNED.fullmatch(revision):
-        raise TokenizerError(f"hub tokenizer {spec!r} is not pinned to a commit; pin it with pipeline.tokenization.hub.pin")
+        raise TokenizerError(
+            f"hub tokenizer {spec!r} is not pinned to a commit; pin it with "
+            "pipeline.tokenization.hub.pin"
+        )
     hub = _client()
     from huggingface_hub.errors import EntryNotFoundError
 
@@ -67,5 +76,7 @@ def download(spec: str) -> tuple[str, str]:
     except EntryNotFoundError:
         raise TokenizerError(f"hub model {repo} has no tokenizer.json at {revision}") from None
     except Exception as e:
-        raise TokenizerError(f"hub tokenizer {spec!r} cannot be read: {type(e).__name__}: {e}".split("\n")[0]) from None
+        raise TokenizerError(
+            f"hub tokenizer {spec!r} cannot be read: {type(e).__name__}: {e}".split("\n")[0]
+        ) from None
     return path, repo

@@ -46,7 +46,9 @@ def _joins(text: str, at: int, start: int, encode: Callable[[str], np.ndarray]) 
     return np.array_equal(encode(text[low:high]), joined)
 
 
-def pieces(text: str, encode: Callable[[str], np.ndarray], piece_chars: int = PIECE_CHARS) -> list[str]:
+def pieces(
+    text: str, encode: Callable[[str], np.ndarray], piece_chars: int = PIECE_CHARS
+) -> list[str]:
     """`text` cut into pieces of about `piece_chars` characters whose ids, joined, are its ids."""
     out, start, failed = [], 0, 0
     while len(text) - start > piece_chars and failed < _TRIES:
@@ -66,7 +68,9 @@ def pieces(text: str, encode: Callable[[str], np.ndarray], piece_chars: int = PI
     return out
 
 
-def encode_in_pieces(text: str, encode: Callable[[str], np.ndarray], piece_chars: int = PIECE_CHARS) -> np.ndarray:
+def encode_in_pieces(
+    text: str, encode: Callable[[str], np.ndarray], piece_chars: int = PIECE_CHARS
+) -> np.ndarray:
     """The ids of `text` (what `encode` gives for it whole), encoded a piece at a time."""
     if len(text) <= piece_chars:
         return encode(text)

@@ -33,7 +33,8 @@ Tokenizer = TiktokenTokenizer | HFTokenizer
 
 
 def is_path_spec(spec: str) -> bool:
-    """A spec that names a local file or directory rather than a tiktoken encoding or a hub model."""
+    """A spec that names a local file or directory rather than a tiktoken encoding or a hub
+    model."""
     if is_hub_spec(spec):
         return False
     return os.sep in spec or os.path.exists(spec) or spec.endswith((".json", ".toml", ".tiktoken"))
@@ -51,7 +52,9 @@ def _is_tiktoken_spec(path: str) -> bool:
 
 
 @functools.cache
-def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> Tokenizer:
+def load_tokenizer(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> Tokenizer:
     """The tokenizer a spec names, with the boundary rule (`bos_token`/`eos_token` override the
     tokenizer's own; see `boundaries`). Cached per process: building the tables takes up to a few
     seconds, and prepare loads it once before forking its workers."""
@@ -70,14 +73,16 @@ def load_tokenizer(spec: str, *, bos_token: str | None = None, eos_token: str | 
         return HFTokenizer(inside, **flags)
     if spec.endswith(".tiktoken"):
         raise TokenizerError(
-            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and the special "
-            "tokens; name it in a spec file {\"ranks\": ..., \"pat_str\": ..., \"special_tokens\": {...}} "
-            "and pass that (see docs/data-format.md)"
+            f"{spec!r} is a bare tiktoken rank file, which lacks the split pattern (pat_str) and "
+            'the special tokens; name it in a spec file {"ranks": ..., "pat_str": ..., '
+            '"special_tokens": {...}} and pass that (see docs/data-format.md)'
         )
     if _is_tiktoken_spec(spec):
         return TiktokenTokenizer.from_spec_file(spec, **flags)
     return HFTokenizer(spec, **flags)
 
 
-def tokenizer_info(spec: str, *, bos_token: str | None = None, eos_token: str | None = None) -> TokenizerInfo:
+def tokenizer_info(
+    spec: str, *, bos_token: str | None = None, eos_token: str | None = None
+) -> TokenizerInfo:
     return load_tokenizer(spec, bos_token=bos_token, eos_token=eos_token).info

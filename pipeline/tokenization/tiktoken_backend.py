@@ -46,7 +46,9 @@ def _bundled_ranks_path() -> str:
 def load_encoding(name: str) -> tiktoken.Encoding:
     """A named encoding, cached per process: building the BPE tables takes about a second."""
     if name in _BUNDLED:
-        ranks = tiktoken.load.load_tiktoken_bpe(_bundled_ranks_path(), expected_hash=GPT2_RANKS_SHA256)
+        ranks = tiktoken.load.load_tiktoken_bpe(
+            _bundled_ranks_path(), expected_hash=GPT2_RANKS_SHA256
+        )
         return tiktoken.Encoding(
             name=name,
             explicit_n_vocab=50257,
@@ -69,7 +71,9 @@ def read_spec_file(path: str) -> dict:
         raise TokenizerError(f"tokenizer spec {path!r} cannot be read: {e}") from None
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
-        raise TokenizerError(f"tokenizer spec {path!r} lacks {missing}; a tiktoken spec names {list(SPEC_KEYS)}")
+        raise TokenizerError(
+            f"tokenizer spec {path!r} lacks {missing}; a tiktoken spec names {list(SPEC_KEYS)}"
+        )
     ranks = os.path.join(os.path.dirname(os.path.abspath(path)), spec["ranks"])
     if not os.path.exists(ranks):
         raise TokenizerError(f"the rank file {ranks!r} named by {path!r} does not exist")
@@ -118,7 +122,13 @@ class TiktokenTokenizer:
 
     library = "tiktoken"
 
-    def __init__(self, encoding: tiktoken.Encoding, spec: str, boundary: Boundary, spec_file: dict | None = None):
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        spec: str,
+        boundary: Boundary,
+        spec_file: dict | None = None,
+    ):
         self.encoding = encoding
         self.boundary = boundary
         self._spec = spec
@@ -126,7 +136,9 @@ class TiktokenTokenizer:
         # Between documents: the EOS, then the next one's BOS; tiktoken encodes the text between
         # allowed special tokens independently, so a run of documents joined by them is one call.
         self._separator = boundary.eos_token + (boundary.bos_token or "")
-        self._specials = {boundary.eos_token} | ({boundary.bos_token} if boundary.bos_token else set())
+        self._specials = {boundary.eos_token} | (
+            {boundary.bos_token} if boundary.bos_token else set()
+        )
         self.info = TokenizerInfo(
             name=encoding.name,
             vocab_sha256=vocab_sha256(encoding),
@@ -147,11 +159,19 @@ class TiktokenTokenizer:
         return cls(encoding, name, boundary)
 
     @classmethod
-    def from_spec_file(cls, path: str, *, bos_flag: str | None, eos_flag: str | None) -> TiktokenTokenizer:
+    def from_spec_file(
+        cls, path: str, *, bos_flag: str | None, eos_flag: str | None
+    ) -> TiktokenTokenizer:
         spec = read_spec_file(path)
         encoding = encoding_of_spec(path, spec)
         boundary = _boundary(
-            encoding, path, spec.get("bos_token"), spec.get("eos_token"), os.path.basename(path), bos_flag, eos_flag
+            encoding,
+            path,
+            spec.get("bos_token"),
+            spec.get("eos_token"),
+            os.path.basename(path),
+            bos_flag,
+            eos_flag,
         )
         return cls(encoding, path, boundary, spec)
 
@@ -162,9 +182,9 @@ class TiktokenTokenizer:
         return self.encoding.decode(ids)
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Equal to `[BOS] + encode_ordinary(doc) + [EOS]` for every document, concatenated, and their
-        lengths. A document that holds a boundary token's text (which must stay text) is encoded on
-        its own; runs of the others in one call each."""
+        """Equal to `[BOS] + encode_ordinary(doc) + [EOS]` for every document, concatenated, and
+        their lengths. A document that holds a boundary token's text (which must stay text) is
+        encoded on its own; runs of the others in one call each."""
         if not texts:
             return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
         flat = np.concatenate(list(self._runs(texts)))
@@ -189,13 +209,22 @@ class TiktokenTokenizer:
 
     def _encode_run(self, run: list[str]) -> np.ndarray:
         """`run` (none of which holds a boundary token's text) in one call."""
-        joined = (self.boundary.bos_token or "") + self._separator.join(run) + self.boundary.eos_token
+        joined = (
+            (self.boundary.bos_token or "") + self._separator.join(run) + self.boundary.eos_token
+        )
         try:
-            flat = self.encoding.encode_to_numpy(joined, allowed_special=self._specials, disallowed_special=())
+            flat = self.encoding.encode_to_numpy(
+                joined, allowed_special=self._specials, disallowed_special=()
+            )
         except UnicodeEncodeError:  # a lone surrogate, which `encode_document` replaces
             flat = None
         if flat is None or np.count_nonzero(flat == self.boundary.eos_id) != len(run):
-            return np.concatenate([piece_ids(encode_document(self.encoding, t), self.boundary, first=True)[0] for t in run])
+            return np.concatenate(
+                [
+                    piece_ids(encode_document(self.encoding, t), self.boundary, first=True)[0]
+                    for t in run
+                ]
+            )
         return flat
 
     def save(self, directory: str) -> str:
@@ -212,8 +241,13 @@ class TiktokenTokenizer:
 
 
 def _boundary(
-    encoding: tiktoken.Encoding, spec: str, bos: str | None, eos: str | None, source: str,
-    bos_flag: str | None, eos_flag: str | None,
+    encoding: tiktoken.Encoding,
+    spec: str,
+    bos: str | None,
+    eos: str | None,
+    source: str,
+    bos_flag: str | None,
+    eos_flag: str | None,
 ) -> Boundary:
     def lookup(token: str) -> int | None:
         if token in encoding._special_tokens:
@@ -224,14 +258,24 @@ def _boundary(
             return None
 
     boundary = resolve_boundary(
-        spec=spec, token_id=lookup, specials=encoding.special_tokens_set, bos=bos, eos=eos, source=source,
-        bos_flag=bos_flag, eos_flag=eos_flag,
+        spec=spec,
+        token_id=lookup,
+        specials=encoding.special_tokens_set,
+        bos=bos,
+        eos=eos,
+        source=source,
+        bos_flag=bos_flag,
+        eos_flag=eos_flag,
     )
     ordinary = set(encoding._mergeable_ranks.values())
-    for token, token_id in ((boundary.eos_token, boundary.eos_id), (boundary.bos_token, boundary.bos_id)):
+    for token, token_id in (
+        (boundary.eos_token, boundary.eos_id),
+        (boundary.bos_token, boundary.bos_id),
+    ):
         if token_id in ordinary:
             raise TokenizerError(
-                f"tokenizer {spec!r}: the special token {token!r} has id {token_id}, which is also an ordinary "
-                "token's rank, so document text would encode to it; give it an id of its own"
+                f"tokenizer {spec!r}: the special token {token!r} has id {token_id}, which is also "
+                "an ordinary token's rank, so document text would encode to it; give it an id of "
+                "its own"
             )
     return boundary

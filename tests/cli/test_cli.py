@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from support.runs import REPO
 from pipeline.cli import commands as cli
 from schemas.prepare_config import PrepareConfig
+from support.runs import REPO
 
 # The console script pip installed beside this interpreter.
 TOKSHARDS = os.path.join(os.path.dirname(sys.executable), "tokshards")
@@ -35,7 +35,9 @@ def test_the_help_lists_every_command_on_one_line_with_its_summary(capsys, monke
     assert exit.value.code == 0
     lines = capsys.readouterr().out.splitlines()
     for name, command in cli.COMMANDS.items():
-        assert any(re.fullmatch(rf"\s+{name}\s+{re.escape(command.summary)}", line) for line in lines), name
+        assert any(
+            re.fullmatch(rf"\s+{name}\s+{re.escape(command.summary)}", line) for line in lines
+        ), name
 
 
 @pytest.mark.parametrize("name,parser", _parsers(), ids=list(cli.COMMANDS))
@@ -83,21 +85,31 @@ class Shadowed:
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        return subprocess.run(list(args), cwd=self.path, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            list(args), cwd=self.path, env=env, capture_output=True, text=True, timeout=120
+        )
 
 
 @pytest.fixture
 def shadowed(tmp_path) -> Shadowed:
     for name in ("train", "pipeline", "model", "schemas"):
-        (tmp_path / f"{name}.py").write_text(f"import sys\nprint('the user\\'s {name}.py')\nsys.exit(3)\n")
+        (tmp_path / f"{name}.py").write_text(
+            f"import sys\nprint('the user\\'s {name}.py')\nsys.exit(3)\n"
+        )
     return Shadowed(str(tmp_path))
 
 
 @pytest.mark.integration
 def test_the_console_script_runs_the_project_beside_modules_of_the_same_names(shadowed):
-    assert os.path.exists(TOKSHARDS), "install the project (pip install -e .) to get the tokshards script"
-    for argv, expected in [(["--help"], "commands:"), (["train", "--help"], "--learning-rate"),
-                           (["sample", "--help"], "--top-k"), (["verify", "--help"], "data_dir")]:
+    assert os.path.exists(TOKSHARDS), (
+        "install the project (pip install -e .) to get the tokshards script"
+    )
+    for argv, expected in [
+        (["--help"], "commands:"),
+        (["train", "--help"], "--learning-rate"),
+        (["sample", "--help"], "--top-k"),
+        (["verify", "--help"], "data_dir"),
+    ]:
         result = shadowed.run(TOKSHARDS, *argv)
         assert result.returncode == 0, result.stdout + result.stderr
         assert expected in result.stdout and "the user's" not in result.stdout
@@ -129,8 +141,13 @@ def test_python_safe_path_runs_the_trainer_beside_a_users_train_py(shadowed):
 
 
 def test_python_m_pipeline_lists_the_commands():
-    result = subprocess.run([sys.executable, "-m", "pipeline", "--help"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0
     assert all(name in result.stdout for name in cli.COMMANDS)
     assert result.stdout.startswith("usage: python -m pipeline")

@@ -10,9 +10,9 @@ import os
 import pickle
 
 import pytest
-from support.runs import REPO, run_command
 
 from schemas.errors import RunError, SettingError, UsageError, UserError
+from support.runs import REPO, run_command
 
 # Control flow, not a failure: the loader's end of an epoch.
 NOT_ERRORS = {"EndOfData"}
@@ -27,22 +27,32 @@ def _exception_classes() -> list[tuple[str, str]]:
         for root, _, names in os.walk(os.path.join(REPO, package)):
             for name in sorted(n for n in names if n.endswith(".py")):
                 path = os.path.join(root, name)
-                module = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                module = (
+                    os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                )
                 for node in ast.parse(open(path).read()).body:
                     if isinstance(node, ast.ClassDef) and any(
-                        getattr(base, "id", getattr(base, "attr", "")).endswith(("Error", "Exception")) for base in node.bases
+                        getattr(base, "id", getattr(base, "attr", "")).endswith(
+                            ("Error", "Exception")
+                        )
+                        for base in node.bases
                     ):
                         found.append((module, node.name))
     return found
 
 
 def test_every_project_exception_is_a_usage_or_a_run_error():
-    classes = [(m, c) for m, c in _exception_classes() if c not in NOT_ERRORS and m != "schemas.errors"]
+    classes = [
+        (m, c) for m, c in _exception_classes() if c not in NOT_ERRORS and m != "schemas.errors"
+    ]
     assert len(classes) >= 15
     for module, name in classes:
         cls = getattr(importlib.import_module(module), name)
         if name in STOPS:
-            assert issubclass(cls, UserError) and (cls.exit_status, cls.failure) == (STOPS[name], False), name
+            assert issubclass(cls, UserError) and (cls.exit_status, cls.failure) == (
+                STOPS[name],
+                False,
+            ), name
             continue
         assert issubclass(cls, (UsageError, RunError)), f"{module}.{name}"
 
@@ -50,10 +60,16 @@ def test_every_project_exception_is_a_usage_or_a_run_error():
 def test_a_setting_error_names_settings_as_the_code_does_or_by_their_flags():
     error = SettingError("validation_fraction", 1.5, "must be in [0, 1)")
     assert str(error) == "validation_fraction must be in [0, 1) (got validation_fraction=1.5)"
-    assert error.told({"validation_fraction": "--validation-fraction"}) == "--validation-fraction must be in [0, 1), got 1.5"
+    assert (
+        error.told({"validation_fraction": "--validation-fraction"})
+        == "--validation-fraction must be in [0, 1), got 1.5"
+    )
     both = SettingError("width", 100, "must be divisible by {num_heads}", num_heads=3)
     assert str(both) == "width must be divisible by num_heads (got width=100, num_heads=3)"
-    assert both.told({"width": "--width", "num_heads": "--heads"}) == "--width must be divisible by --heads, got --width 100, --heads 3"
+    assert (
+        both.told({"width": "--width", "num_heads": "--heads"})
+        == "--width must be divisible by --heads, got --width 100, --heads 3"
+    )
     assert isinstance(both, ValueError) and both.exit_status == 2 and RunError("x").exit_status == 1
     assert str(pickle.loads(pickle.dumps(both))) == str(both)
 
@@ -66,15 +82,20 @@ def _one_line(capsys) -> str:
 
 # A bad value by command: as flags, as a config file's line, and the error line either gives.
 BAD_VALUES = {
-    "prepare": (["--validation-fraction", "1.5"], "validation_fraction = 1.5", "--validation-fraction must be in [0, 1), got 1.5"),
+    "prepare": (
+        ["--validation-fraction", "1.5"],
+        "validation_fraction = 1.5",
+        "--validation-fraction must be in [0, 1), got 1.5",
+    ),
     "train": (["--steps", "0"], "steps = 0", "--steps must be at least 1, got 0"),
 }
 
 
 @pytest.mark.parametrize("command", BAD_VALUES)
 @pytest.mark.parametrize("given", ["flag", "file"])
-def test_a_bad_value_is_refused_in_one_line_with_status_2_from_a_flag_or_a_file(command, given, tmp_path, capsys,
-                                                                                request):
+def test_a_bad_value_is_refused_in_one_line_with_status_2_from_a_flag_or_a_file(
+    command, given, tmp_path, capsys, request
+):
     flags, line, message = BAD_VALUES[command]
     out = str(tmp_path / "out")
     if command == "prepare":
@@ -96,7 +117,12 @@ def test_a_run_that_fails_ends_with_status_1_in_one_line(tmp_path, capsys):
     missing = str(tmp_path / "missing.txt")
     assert run_command("prepare", "--input", missing, "--output", str(tmp_path / "out")) == 1
     assert _one_line(capsys).startswith(f"prepare: error: no input matches {missing!r}")
-    assert run_command("train", "--data", str(tmp_path / "nothing"), "--workdir", str(tmp_path / "run")) == 1
+    assert (
+        run_command(
+            "train", "--data", str(tmp_path / "nothing"), "--workdir", str(tmp_path / "run")
+        )
+        == 1
+    )
     assert _one_line(capsys).startswith("train: error: ")
     assert run_command("verify", str(tmp_path)) == 1
     assert _one_line(capsys).startswith("verify: error: ")

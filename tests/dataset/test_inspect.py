@@ -11,21 +11,22 @@ import sys
 
 import numpy as np
 import pytest
-from support.corpora import write_jsonl
-from support.runs import REPO, run_command, run_prepare
-from support.tokenizer_files import train_bpe, write_tiktoken_spec
 
 from pipeline.dataset.inspect import main as inspect_main
 from pipeline.dataset.inspect import printable
 from pipeline.dataset.manifest_io import read_manifest
 from pipeline.tokenization import load_tokenizer
 from schemas import formats
+from support.corpora import write_jsonl
+from support.runs import REPO, run_command, run_prepare
+from support.tokenizer_files import train_bpe, write_tiktoken_spec
 from train.run_tokenizer import RunTokenizer, load_run_tokenizer, write_run_tokenizer
 
 
-
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True
+    )
 
 
 def _documents(n: int, seed: int) -> list[str]:
@@ -54,7 +55,10 @@ def test_a_directory_keeps_its_tokenizer_json_and_needs_nothing_else(bpe, tmp_pa
     out = str(tmp_path / "out")
     run_prepare([corpus], out, "--tokenizer", own, "--eos-token", "<|endoftext|>")
     manifest = read_manifest(out)
-    assert manifest.tokenizer_copy is not None and manifest.tokenizer_copy.load_as == "tokenizer/tokenizer.json"
+    assert (
+        manifest.tokenizer_copy is not None
+        and manifest.tokenizer_copy.load_as == "tokenizer/tokenizer.json"
+    )
     shutil.rmtree(os.path.dirname(own))  # the file it was prepared with is gone
 
     shown = _cli("inspect", out, "--documents", "3")
@@ -63,14 +67,20 @@ def test_a_directory_keeps_its_tokenizer_json_and_needs_nothing_else(bpe, tmp_pa
     workdir = str(tmp_path / "run")
     write_run_tokenizer(workdir, RunTokenizer.of(manifest, out))
     tokenizer, info = load_run_tokenizer(workdir)
-    assert info == manifest.tokenizer and tokenizer.decode(tokenizer.encode_ordinary(docs[0])) == docs[0]
+    assert (
+        info == manifest.tokenizer
+        and tokenizer.decode(tokenizer.encode_ordinary(docs[0])) == docs[0]
+    )
 
     os.remove(os.path.join(out, formats.TOKENIZER_COPY_DIR, "tokenizer.json"))
     broken = _cli("inspect", out)
     assert broken.returncode == 1
     error = broken.stderr.strip().splitlines()
     assert len(error) == 1 and "Traceback" not in broken.stderr
-    assert error[0].startswith("inspect: error: cannot show documents:") and "tokenizer/tokenizer.json is missing" in error[0]
+    assert (
+        error[0].startswith("inspect: error: cannot show documents:")
+        and "tokenizer/tokenizer.json is missing" in error[0]
+    )
     with pytest.raises(ValueError, match="tokenizer/tokenizer.json is missing"):
         RunTokenizer.of(manifest, out)
 
@@ -78,8 +88,14 @@ def test_a_directory_keeps_its_tokenizer_json_and_needs_nothing_else(bpe, tmp_pa
 @pytest.mark.integration
 def test_a_changed_copy_is_refused(bpe, tmp_path):
     out = str(tmp_path / "out")
-    run_prepare([write_jsonl(str(tmp_path / "d.jsonl"), ["a cat", "a mat"])], out, "--tokenizer", bpe,
-                "--eos-token", "<|endoftext|>")
+    run_prepare(
+        [write_jsonl(str(tmp_path / "d.jsonl"), ["a cat", "a mat"])],
+        out,
+        "--tokenizer",
+        bpe,
+        "--eos-token",
+        "<|endoftext|>",
+    )
     with open(os.path.join(out, "tokenizer", "tokenizer.json"), "a") as f:
         f.write(" ")
     with pytest.raises(ValueError, match="SHA-256 differs"):
@@ -114,7 +130,10 @@ def test_a_named_encoding_has_no_copy_and_overwrite_removes_a_copy(bpe, tmp_path
 @pytest.mark.integration
 def test_statistics_cover_every_document_of_every_input(encoding, tmp_path, capsys):
     first, second = _documents(700, seed=1), _documents(300, seed=2)
-    inputs = [write_jsonl(str(tmp_path / "a.jsonl"), first), write_jsonl(str(tmp_path / "b.jsonl"), second)]
+    inputs = [
+        write_jsonl(str(tmp_path / "a.jsonl"), first),
+        write_jsonl(str(tmp_path / "b.jsonl"), second),
+    ]
     out = str(tmp_path / "out")
     manifest = run_prepare(inputs, out, "--record-tokens", "64")
     assert manifest.totals["train"].records > 200  # more than the old sample of 200 records
@@ -123,20 +142,31 @@ def test_statistics_cover_every_document_of_every_input(encoding, tmp_path, caps
 
     lengths = np.array([len(encoding.encode_ordinary(d)) + 1 for d in first + second])
     assert f"({len(lengths)} documents)" in shown
-    expected = ", ".join(f"p{p} {int(v)}" for p, v in zip((1, 10, 50, 90, 99), np.percentile(lengths, (1, 10, 50, 90, 99), method="lower")))
+    expected = ", ".join(
+        f"p{p} {int(v)}"
+        for p, v in zip(
+            (1, 10, 50, 90, 99), np.percentile(lengths, (1, 10, 50, 90, 99), method="lower")
+        )
+    )
     assert f"min {lengths.min()}, {expected}, max {lengths.max()}" in shown
     bins = [re.match(r"\s+\d+-\d+\s+(\d+)", line) for line in shown.splitlines()]
     assert sum(int(b[1]) for b in bins if b) == len(lengths)
     for path, docs in zip(inputs, (first, second)):
         tokens = sum(len(encoding.encode_ordinary(d)) + 1 for d in docs)
         size = os.path.getsize(path)
-        assert f"{path} (jsonl, {size} bytes): {len(docs)} documents, {tokens} tokens, {size / tokens:.3f} bytes per token" in shown
+        assert (
+            f"{path} (jsonl, {size} bytes): {len(docs)} documents, {tokens} tokens, "
+            f"{size / tokens:.3f} bytes per token" in shown
+        )
 
 
 @pytest.mark.integration
 def test_skipped_and_removed_are_listed_by_reason(tmp_path, capsys):
     path = tmp_path / "d.jsonl"
-    path.write_text('{"text": "a cat sat"}\n{"text": "a cat sat"}\nnot json\n{"other": 1}\n{"text": "the mat"}\n')
+    path.write_text(
+        '{"text": "a cat sat"}\n{"text": "a cat sat"}\nnot json\n'
+        '{"other": 1}\n{"text": "the mat"}\n'
+    )
     out = str(tmp_path / "out")
     run_prepare([str(path)], out, "--dedup", "exact")
     assert inspect_main([out, "--documents", "0"]) == 0
@@ -157,7 +187,10 @@ def test_plot_writes_the_length_histogram(stories_dataset, tmp_path, capsys):
 def test_plot_without_matplotlib_is_one_line(stories_dataset, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
     assert run_command("inspect", stories_dataset, "--plot", str(tmp_path / "x.png")) == 1
-    assert capsys.readouterr().err == "inspect: error: --plot needs matplotlib: pip install 'tokshards[plot]'\n"
+    assert (
+        capsys.readouterr().err
+        == "inspect: error: --plot needs matplotlib: pip install 'tokshards[plot]'\n"
+    )
 
 
 @pytest.mark.integration
@@ -176,20 +209,37 @@ def test_control_characters_are_escaped_when_documents_are_printed(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["prepare", "--validation-fraction", "1.5"], "prepare: error: --validation-fraction must be in [0, 1), got 1.5"),
-        (["prepare", "--record-tokens", "3"], "prepare: error: --record-tokens must be at least 16, got 3"),
-        (["prepare", "--near-bands", "0"], "prepare: error: --near-bands must be at least 1, got 0"),
-        (["prepare", "--near-bands", "64", "--near-rows", "32"],
-         "prepare: error: --near-bands times --near-rows must be at most 1024 hashes, got --near-bands 64, "
-         "--near-rows 32"),
+        (
+            ["prepare", "--validation-fraction", "1.5"],
+            "prepare: error: --validation-fraction must be in [0, 1), got 1.5",
+        ),
+        (
+            ["prepare", "--record-tokens", "3"],
+            "prepare: error: --record-tokens must be at least 16, got 3",
+        ),
+        (
+            ["prepare", "--near-bands", "0"],
+            "prepare: error: --near-bands must be at least 1, got 0",
+        ),
+        (
+            ["prepare", "--near-bands", "64", "--near-rows", "32"],
+            "prepare: error: --near-bands times --near-rows must be at most 1024 hashes, got "
+            "--near-bands 64, --near-rows 32",
+        ),
         (["corpus", "--stories", "-3"], "corpus: error: --stories must be at least 0, got -3"),
-        (["batches", "--seq-len", "0", "--batch-size", "2", "--take", "1", "--out", "x.npz"],
-         "batches: error: --seq-len must be at least 1, got 0"),
+        (
+            ["batches", "--seq-len", "0", "--batch-size", "2", "--take", "1", "--out", "x.npz"],
+            "batches: error: --seq-len must be at least 1, got 0",
+        ),
     ],
 )
 def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
     command, *rest = argv
-    rest += ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o")] if command == "prepare" else []
+    rest += (
+        ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o")]
+        if command == "prepare"
+        else []
+    )
     if command == "batches":
         rest = [str(tmp_path), *rest]
     if command == "corpus":
@@ -202,7 +252,8 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
 def test_an_unknown_split_is_a_setting_error_naming_the_flag(stories_dataset, capsys):
     assert run_command("inspect", stories_dataset, "--split", "test") == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"inspect: error: --split must name a split of {stories_dataset}: ['train', 'validation'], got 'test'"
+        f"inspect: error: --split must name a split of {stories_dataset}: ['train', 'validation'], "
+        "got 'test'"
     ]
 
 
@@ -211,6 +262,6 @@ def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys,
     monkeypatch.setitem(sys.modules, "grain", None)  # not installed
     assert run_command("inspect", stories_dataset) == 1
     assert capsys.readouterr().err == (
-        "inspect: error: document statistics read the loader's lengths index, which needs the load extra (grain is "
-        "missing): pip install 'tokshards[load]'\n"
+        "inspect: error: document statistics read the loader's lengths index, which needs the load "
+        "extra (grain is missing): pip install 'tokshards[load]'\n"
     )

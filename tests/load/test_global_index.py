@@ -1,4 +1,5 @@
-"""The global index on lengths alone (no files): positions, mixture stages, and what a step costs."""
+"""The global index on lengths alone (no files): positions, mixture stages, and what a step
+costs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def lengths_of(records: list[list[int]]) -> SplitLengths:
 
 def random_split(seed: int, records: int) -> SplitLengths:
     rng = np.random.default_rng(seed)
-    return lengths_of([[int(n) for n in rng.integers(1, 300, rng.integers(1, 5))] for _ in range(records)])
+    return lengths_of(
+        [[int(n) for n in rng.integers(1, 300, rng.integers(1, 5))] for _ in range(records)]
+    )
 
 
 def walk(planner: Planner, position: Position, steps: int) -> tuple[list, Position]:
@@ -38,8 +41,14 @@ def test_document_lengths_split_records_at_end_of_text():
 
 @pytest.mark.parametrize("packing", ["concat", "document"])
 def test_a_plan_resumes_from_its_position_as_a_list(packing):
-    planner = Planner([random_split(0, 50), random_split(1, 20)], stages=[Stage(0, (0.6, 0.4))], seed=3,
-                      seq_len=64, rows=4, packing=packing)
+    planner = Planner(
+        [random_split(0, 50), random_split(1, 20)],
+        stages=[Stage(0, (0.6, 0.4))],
+        seed=3,
+        seq_len=64,
+        rows=4,
+        packing=packing,
+    )
     plans, _ = walk(planner, Position.start(2), 30)
     _, middle = walk(planner, Position.start(2), 17)
     again, _ = walk(planner, Position.from_list(middle.to_list()), 13)
@@ -51,17 +60,33 @@ def test_a_plan_resumes_from_its_position_as_a_list(packing):
 @pytest.mark.parametrize("packing", ["concat", "document"])
 def test_realized_shares_follow_each_stage(packing):
     stages = [Stage(0, (0.8, 0.2)), Stage(40, (0.25, 0.75))]
-    planner = Planner([random_split(0, 300), random_split(1, 300)], stages=stages, seed=0, seq_len=128, rows=8,
-                      packing=packing)
+    planner = Planner(
+        [random_split(0, 300), random_split(1, 300)],
+        stages=stages,
+        seed=0,
+        seq_len=128,
+        rows=8,
+        packing=packing,
+    )
     plans, _ = walk(planner, Position.start(2), 80)
     for stage, window in ((stages[0], plans[2:40]), (stages[1], plans[42:80])):
-        tokens = np.bincount(np.concatenate([p.source for p in window]),
-                             np.concatenate([p.length for p in window]), 2)
+        tokens = np.bincount(
+            np.concatenate([p.source for p in window]),
+            np.concatenate([p.length for p in window]),
+            2,
+        )
         np.testing.assert_allclose(tokens / tokens.sum(), stage.weights, atol=0.03)
 
 
 def test_host_rows_are_the_clipped_pieces_of_the_global_plan():
-    planner = Planner([random_split(0, 40)], stages=[Stage(0, (1.0,))], seed=0, seq_len=16, rows=6, packing="concat")
+    planner = Planner(
+        [random_split(0, 40)],
+        stages=[Stage(0, (1.0,))],
+        seed=0,
+        seq_len=16,
+        rows=6,
+        packing="concat",
+    )
     plan, _ = planner.plan(Position.start(1))
     parts = [plan.rows(first, first + 2, rows=6, width=planner.width) for first in (0, 2, 4)]
     assert sum(int(p.length.sum()) for p in parts) == int(plan.length.sum()) == 6 * 17
@@ -73,8 +98,14 @@ def test_host_rows_are_the_clipped_pieces_of_the_global_plan():
 def test_advance_moves_as_plan_does(packing):
     # seq_len 64 under documents of up to 300 tokens: records with and without documents to cut.
     stages = [Stage(0, (0.6, 0.4)), Stage(9, (0.2, 0.8))]
-    planner = Planner([random_split(0, 50), random_split(1, 20)], stages=stages, seed=3, seq_len=64, rows=4,
-                      packing=packing)
+    planner = Planner(
+        [random_split(0, 50), random_split(1, 20)],
+        stages=stages,
+        seed=3,
+        seq_len=64,
+        rows=4,
+        packing=packing,
+    )
     position = Position.start(2)
     for _ in range(40):
         plan, after = planner.plan(position)
@@ -86,7 +117,9 @@ def test_advance_moves_as_plan_does(packing):
             mine = plan.dest // span == part
             order = np.argsort(plan.dest[mine])
             ends = np.cumsum(plan.length[mine][order])
-            np.testing.assert_array_equal(plan.dest[mine][order] - part * span, ends - plan.length[mine][order])
+            np.testing.assert_array_equal(
+                plan.dest[mine][order] - part * span, ends - plan.length[mine][order]
+            )
             assert ends[-1] <= span and (packing == "document" or ends[-1] == span)
         position = after
 
@@ -105,7 +138,9 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
         row = next((r for r in range(rows) if room[r] >= n), None)
         if row is None:
             break
-        expected.append((row * width + width - room[row], sum(1 for d, _ in expected if d // width == row) + 1))
+        expected.append(
+            (row * width + width - room[row], sum(1 for d, _ in expected if d // width == row) + 1)
+        )
         room[row] -= n
     assert stop == len(expected) < len(lengths)
     assert out[0::5] == [7] * stop and out[1::5] == [9] * stop and out[2::5] == list(range(stop))

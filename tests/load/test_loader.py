@@ -11,10 +11,6 @@ import sys
 import grain
 import numpy as np
 import pytest
-from support.batches import assert_same, take
-from support.runs import REPO
-from support.runs import read_split as read_records
-from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 from pipeline.load import (
     LoaderConfig,
@@ -25,6 +21,10 @@ from pipeline.load import (
     open_prepared,
 )
 from schemas import formats
+from support.batches import assert_same, take
+from support.runs import REPO
+from support.runs import read_split as read_records
+from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +49,21 @@ def split_stream(data_dir: str) -> np.ndarray:
 
 def global_batches(cfg: LoaderConfig, count: int) -> list[dict[str, np.ndarray]]:
     """The global batches, joined from the rows of `count` shards read one after another."""
-    parts = [list(make_dataset(dataclasses.replace(cfg, shard_index=i, shard_count=count))) for i in range(count)]
-    return [{name: np.concatenate([p[step][name] for p in parts]) for name in parts[0][step]} for step in range(len(parts[0]))]
+    parts = [
+        list(make_dataset(dataclasses.replace(cfg, shard_index=i, shard_count=count)))
+        for i in range(count)
+    ]
+    return [
+        {name: np.concatenate([p[step][name] for p in parts]) for name in parts[0][step]}
+        for step in range(len(parts[0]))
+    ]
 
 
 def rows_of(batches: list[dict[str, np.ndarray]]) -> np.ndarray:
     """Each concat row as the window it was cut from (inputs + last target), [rows, seq_len + 1]."""
-    return np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1) for b in batches])
+    return np.concatenate(
+        [np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1) for b in batches]
+    )
 
 
 def window_starts(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
@@ -121,7 +129,9 @@ def test_concat_never_runs_one_document_into_another_and_spreads_long_ones(long_
     assert len(np.unique(seen)) == len(seen)
     long_ones = [d for d in documents if len(d) > 3 * 64]
     whole = [d for d in long_ones if np.isin(d, seen).all()]
-    assert len(whole) >= len(long_ones) - 4  # only the tail left unread (under a batch) may cut some
+    assert (
+        len(whole) >= len(long_ones) - 4
+    )  # only the tail left unread (under a batch) may cut some
     for d in whole:
         found = np.flatnonzero(np.isin(rows, d).any(axis=1))
         assert found[-1] - found[0] > 4 * len(found)
@@ -130,7 +140,9 @@ def test_concat_never_runs_one_document_into_another_and_spreads_long_ones(long_
 def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_documents):
     data_dir, documents = long_documents
     seq_len = 48
-    batches = list(make_dataset(config(data_dir, num_epochs=1, packing="document", seq_len=seq_len)))
+    batches = list(
+        make_dataset(config(data_dir, num_epochs=1, packing="document", seq_len=seq_len))
+    )
     doc = document_of(documents)
     pieces: dict[int, list[tuple[int, int]]] = {}
     for b in batches:
@@ -138,10 +150,14 @@ def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_doc
             ids = b["segment_ids"][row]
             for sid in np.unique(ids[ids > 0]):
                 inputs, targets = b["inputs"][row][ids == sid], b["targets"][row][ids == sid]
-                # The end-of-text id alone is the last piece of a long document, the one of its input.
+                # The end-of-text id alone is the last piece of a long document, the one of its
+                # input.
                 d = int(doc([inputs[0] if targets[0] == EOT_ID else targets[0]])[0])
-                offset = len(documents[d]) if targets[0] == EOT_ID else int(targets[0] - documents[d][0])
-                # A first piece follows an end-of-text id; a later one, the token before it in its document.
+                offset = (
+                    len(documents[d]) if targets[0] == EOT_ID else int(targets[0] - documents[d][0])
+                )
+                # A first piece follows an end-of-text id; a later one, the token before it in its
+                # document.
                 assert inputs[0] == (EOT_ID if offset == 0 else documents[d][offset - 1])
                 pieces.setdefault(d, []).append((offset, len(targets)))
     # The pieces of a document tile it, end-of-text id included: all but the last are seq_len long.
@@ -158,7 +174,9 @@ def test_document_packing_starts_only_first_pieces_after_an_end_of_text(long_doc
 
 
 @pytest.mark.parametrize("count", [1, 2, 4])
-def test_hosts_hold_the_rows_of_one_global_batch_that_does_not_depend_on_their_number(prepared, count):
+def test_hosts_hold_the_rows_of_one_global_batch_that_does_not_depend_on_their_number(
+    prepared, count
+):
     cfg = config(prepared, global_batch_size=8, num_epochs=1)
     assert host_batch_size(dataclasses.replace(cfg, shard_count=count)) == 8 // count
     joined = global_batches(cfg, count)
@@ -176,12 +194,17 @@ def test_a_split_with_fewer_records_than_shards_is_read_by_all_of_them(tmp_path)
     write_prepared(out, {"train": unique_documents([30] * 13)}, record_tokens=16, num_shards=2)
     cfg = config(out, seq_len=8, global_batch_size=16)
     reference = take(make_iterator(cfg), 3)
-    assert_same(take(make_iterator(dataclasses.replace(cfg, shard_index=15, shard_count=16)), 3),
-                [{k: v[15:] for k, v in b.items()} for b in reference])
+    assert_same(
+        take(make_iterator(dataclasses.replace(cfg, shard_index=15, shard_count=16)), 3),
+        [{k: v[15:] for k, v in b.items()} for b in reference],
+    )
 
 
 def test_epochs_continue_the_stream_cut_and_drawn_anew(prepared):
-    rows, stream = rows_of(list(make_dataset(config(prepared, num_epochs=2)))), split_stream(prepared)
+    rows, stream = (
+        rows_of(list(make_dataset(config(prepared, num_epochs=2)))),
+        split_stream(prepared),
+    )
     starts, size = window_starts(rows, stream), len(stream)
     inside = size // 33  # the first epoch's windows; the next one runs on into the second epoch
     first, second = starts[:inside], starts[inside + 1 :]
@@ -200,7 +223,9 @@ def test_epochs_continue_the_stream_cut_and_drawn_anew(prepared):
 
 
 def test_document_packing_on_files(prepared):
-    batches = list(make_dataset(config(prepared, packing="document", num_epochs=1, global_batch_size=2)))
+    batches = list(
+        make_dataset(config(prepared, packing="document", num_epochs=1, global_batch_size=2))
+    )
     assert set(batches[0]) == {"inputs", "targets", "segment_ids", "positions"}
     targets = np.concatenate([b["targets"][b["segment_ids"] > 0] for b in batches])
     words = targets[targets != EOT_ID]
@@ -210,12 +235,17 @@ def test_document_packing_on_files(prepared):
     for b in batches:
         starts = b["positions"] == 0
         # A segment starts where the segment id changes, and nowhere else.
-        changes = np.concatenate([np.ones((2, 1), bool), np.diff(b["segment_ids"], axis=1) != 0], axis=1)
-        np.testing.assert_array_equal(starts & (b["segment_ids"] > 0), changes & (b["segment_ids"] > 0))
+        changes = np.concatenate(
+            [np.ones((2, 1), bool), np.diff(b["segment_ids"], axis=1) != 0], axis=1
+        )
+        np.testing.assert_array_equal(
+            starts & (b["segment_ids"] > 0), changes & (b["segment_ids"] > 0)
+        )
 
 
 def states_and_batches(cfg: LoaderConfig, n: int) -> tuple[list[dict], list[dict]]:
-    """The iterator's state before each of its first `n` batches (JSON round-tripped), and the batches."""
+    """The iterator's state before each of its first `n` batches (JSON round-tripped), and the
+    batches."""
     it = make_iterator(cfg)
     try:
         states, batches = [], []
@@ -263,10 +293,14 @@ def test_state_and_batches_do_not_depend_on_the_worker_count(prepared):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("n_vocab", [2**16, 2**16 + 1])
-def test_workers_hand_over_the_main_processes_int32_batches_for_ids_at_the_top_of_the_vocabulary(tmp_path, n_vocab):
+def test_workers_hand_over_the_main_processes_int32_batches_for_ids_at_the_top_of_the_vocabulary(
+    tmp_path, n_vocab
+):
     # Windows cross processes as uint16 when every id fits in it, as int32 otherwise.
     lengths = [int(n) for n in np.random.default_rng(1).integers(1, 120, 80)]
-    documents = unique_documents(lengths, first_id=n_vocab - sum(lengths))  # the vocabulary's last ids
+    documents = unique_documents(
+        lengths, first_id=n_vocab - sum(lengths)
+    )  # the vocabulary's last ids
     write_prepared(str(tmp_path), {"train": documents}, n_vocab=n_vocab)
     cfg = config(str(tmp_path), packing="document", seq_len=48)
     reference = take(make_iterator(cfg), 40)  # more than an epoch

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.synthetic import EOT_ID, unique_documents, write_prepared
-from support.batches import mixture, owners
 
 from pipeline.load import LoaderConfig, make_dataset, make_iterator
 from pipeline.load.blending import next_source
 from pipeline.load.rows import SOURCE_TOKENS
 from schemas.records import DEFAULT_RECORD_TOKENS
+from support.batches import mixture, owners
+from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 SEQ_LEN, ROWS, STEPS = 256, 16, 200
 
@@ -21,7 +21,9 @@ def web_pages(tmp_path_factory) -> tuple[str, np.ndarray]:
     """Pages of 2k to 40k tokens (8 to 160 rows each) among short ones, in records as prepare lays
     them out. Returns the directory and each page's first token id."""
     rng = np.random.default_rng(11)
-    lengths = [int(n) for n in rng.integers(20, 400, 1500)] + [int(n) for n in rng.integers(2_000, 40_000, 60)]
+    lengths = [int(n) for n in rng.integers(20, 400, 1500)] + [
+        int(n) for n in rng.integers(2_000, 40_000, 60)
+    ]
     order = rng.permutation(len(lengths))
     documents = unique_documents([lengths[i] for i in order])
     out = str(tmp_path_factory.mktemp("pages"))
@@ -33,19 +35,26 @@ def rows_from_one_document(batch: dict[str, np.ndarray], firsts: np.ndarray) -> 
     """The most rows of the batch that one document fills the most of (a row's document: the one
     most of its word tokens come from)."""
     documents = []
-    real = batch["segment_ids"] > 0 if "segment_ids" in batch else np.ones(batch["targets"].shape, bool)
+    real = (
+        batch["segment_ids"] > 0
+        if "segment_ids" in batch
+        else np.ones(batch["targets"].shape, bool)
+    )
     for targets, tokens in zip(batch["targets"], real):
         words = targets[tokens & (targets != EOT_ID)]
         if len(words):
-            documents.append(int(np.bincount(np.searchsorted(firsts, words, side="right") - 1).argmax()))
+            documents.append(
+                int(np.bincount(np.searchsorted(firsts, words, side="right") - 1).argmax())
+            )
     return int(np.bincount(documents).max())
 
 
 @pytest.mark.parametrize("packing", ["concat", "document"])
 def test_a_batch_holds_rows_of_many_documents_even_among_long_ones(web_pages, packing):
     path, firsts = web_pages
-    config = LoaderConfig(path, seq_len=SEQ_LEN, global_batch_size=ROWS, packing=packing, shard_index=0,
-                          shard_count=1)
+    config = LoaderConfig(
+        path, seq_len=SEQ_LEN, global_batch_size=ROWS, packing=packing, shard_index=0, shard_count=1
+    )
     iterator = make_iterator(config)
     try:
         most = [rows_from_one_document(next(iterator), firsts) for _ in range(STEPS)]
@@ -59,17 +68,25 @@ def test_a_batch_holds_rows_of_many_documents_even_among_long_ones(web_pages, pa
 
 @pytest.mark.parametrize("packing", ["concat", "document"])
 @pytest.mark.parametrize("weights", [(0.7, 0.3), (0.2, 0.8)])
-def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, packing, weights):  # noqa: F811
+def test_a_mixture_realizes_its_weights_within_a_row_at_every_step(sources, packing, weights):
     # Books are records of one 300-900 token document each: far more than a row (32 tokens), and
     # than a batch (4 rows). Choosing a source per record would miss the weights by as much.
-    config = LoaderConfig(mixture(sources, *weights), seq_len=32, global_batch_size=4, packing=packing,
-                          shard_index=0, shard_count=1)
+    config = LoaderConfig(
+        mixture(sources, *weights),
+        seq_len=32,
+        global_batch_size=4,
+        packing=packing,
+        shard_index=0,
+        shard_count=1,
+    )
     iterator = make_iterator(config)
     try:
         taken = np.zeros(2, np.int64)
         for step in range(20):
             batch = next(iterator)
-            np.testing.assert_array_equal(batch[SOURCE_TOKENS], np.bincount(owners(batch), minlength=2))
+            np.testing.assert_array_equal(
+                batch[SOURCE_TOKENS], np.bincount(owners(batch), minlength=2)
+            )
             taken += batch[SOURCE_TOKENS]
             gaps = np.abs(taken - np.array(weights) * taken.sum())
             assert (gaps <= 32).all(), f"step {step}: tokens {taken}, {gaps} from the weights"
@@ -82,8 +99,15 @@ def test_a_piece_over_records_is_one_segment_of_its_document(tmp_path):
     # starts, and run over their ends.
     documents = unique_documents([700, 30, 400, 5, 250])
     write_prepared(str(tmp_path), {"train": documents}, record_tokens=64, num_shards=1)
-    config = LoaderConfig(str(tmp_path), seq_len=48, global_batch_size=4, packing="document", num_epochs=1,
-                          shard_index=0, shard_count=1)
+    config = LoaderConfig(
+        str(tmp_path),
+        seq_len=48,
+        global_batch_size=4,
+        packing="document",
+        num_epochs=1,
+        shard_index=0,
+        shard_count=1,
+    )
     stream = np.concatenate([np.append(d, EOT_ID) for d in documents])
     position = {int(t): i for i, t in enumerate(stream) if t != EOT_ID}
     pieces = 0
@@ -94,13 +118,16 @@ def test_a_piece_over_records_is_one_segment_of_its_document(tmp_path):
                 mine = ids == segment
                 inputs, targets = batch["inputs"][row][mine], batch["targets"][row][mine]
                 np.testing.assert_array_equal(batch["positions"][row][mine], np.arange(mine.sum()))
-                at = position[int(targets[0])] if targets[0] != EOT_ID else position[int(inputs[0])] + 1
+                at = (
+                    position[int(targets[0])]
+                    if targets[0] != EOT_ID
+                    else position[int(inputs[0])] + 1
+                )
                 np.testing.assert_array_equal(targets, stream[at : at + len(targets)])
                 np.testing.assert_array_equal(inputs[1:], targets[:-1])
                 assert inputs[0] == (stream[at - 1] if at else EOT_ID)
                 pieces += 1
     assert pieces > 20
-
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 from pipeline.load import LoaderConfig, make_iterator
 from pipeline.load.data_spec import DataSource
+from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -30,11 +30,15 @@ def _corpus(out: str, *, seed: int, first_id: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory) -> list[tuple[str, np.ndarray]]:
     paths = [str(tmp_path_factory.mktemp(name)) for name in ("web", "books")]
-    return [(paths[0], _corpus(paths[0], seed=1, first_id=2)), (paths[1], _corpus(paths[1], seed=2, first_id=10**6))]
+    return [
+        (paths[0], _corpus(paths[0], seed=1, first_id=2)),
+        (paths[1], _corpus(paths[1], seed=2, first_id=10**6)),
+    ]
 
 
 def _step_tokens(batch: dict[str, np.ndarray], packing: str) -> np.ndarray:
-    """The word tokens a host batch reads: every token of concat windows, the targets of document rows."""
+    """The word tokens a host batch reads: every token of concat windows, the targets of document
+    rows."""
     if packing == "concat":
         tokens = np.concatenate([batch["inputs"][:, :1], batch["targets"]], axis=1)
     else:
@@ -50,16 +54,23 @@ def _epoch_ends_cleanly(steps: list[np.ndarray], words: np.ndarray) -> int:
         mine = tokens[np.isin(tokens, words)].tolist()
         if set(words.tolist()) <= seen | set(mine):
             return step
-        assert seen.isdisjoint(mine) and len(set(mine)) == len(mine), f"a word repeats at step {step}"
+        assert seen.isdisjoint(mine) and len(set(mine)) == len(mine), (
+            f"a word repeats at step {step}"
+        )
         seen.update(mine)
     raise AssertionError("the epoch did not end within the steps read")
 
 
 def _hosts_steps(config: LoaderConfig, count: int, steps: int, packing: str) -> list[np.ndarray]:
-    iterators = [make_iterator(LoaderConfig(**{**config.__dict__, "shard_index": i, "shard_count": count}))
-                 for i in range(count)]
+    iterators = [
+        make_iterator(LoaderConfig(**{**config.__dict__, "shard_index": i, "shard_count": count}))
+        for i in range(count)
+    ]
     try:
-        return [np.concatenate([_step_tokens(next(it), packing) for it in iterators]) for _ in range(steps)]
+        return [
+            np.concatenate([_step_tokens(next(it), packing) for it in iterators])
+            for _ in range(steps)
+        ]
     finally:
         for it in iterators:
             it.close()

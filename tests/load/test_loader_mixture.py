@@ -6,8 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from support.synthetic import EOT_ID
-from support.batches import BOOKS_FIRST, assert_same, mixture, owners, real, take
 
 from pipeline.load import (
     LoaderConfig,
@@ -19,7 +17,8 @@ from pipeline.load import (
 from pipeline.load.batches import main as batches_main
 from pipeline.load.data_spec import DataSource, parse_data_spec
 from pipeline.load.rows import SOURCE_TOKENS
-
+from support.batches import BOOKS_FIRST, assert_same, mixture, owners, real, take
+from support.synthetic import EOT_ID
 
 
 def config(data, **overrides) -> LoaderConfig:
@@ -38,7 +37,8 @@ def test_an_epoch_realizes_the_token_shares_and_counts_them_per_batch(sources, p
         np.testing.assert_array_equal(batch[SOURCE_TOKENS], np.bincount(owners(batch), minlength=2))
     totals = np.sum([b[SOURCE_TOKENS] for b in batches], axis=0)
     shares = totals / totals.sum()
-    # Records of books hold ~2.6x the tokens of web's: record shares of 0.7/0.3 would give books ~0.5.
+    # Records of books hold ~2.6x the tokens of web's: record shares of 0.7/0.3 would give books
+    # ~0.5.
     assert abs(shares[0] - 0.7) < 0.01 and abs(shares[1] - 0.3) < 0.01, shares
     # One epoch: the source that runs out first (books) is read once, all of it but the dropped
     # tail, and no token of either source twice.
@@ -75,12 +75,20 @@ def test_restore_mid_mixture_continues_exactly_with_any_worker_count(sources):
 
 def test_stages_change_the_realized_shares_at_their_step_and_resume_exactly(sources, tmp_path):
     spec = tmp_path / "staged.json"
-    spec.write_text(json.dumps({
-        "web": {"path": sources["web"], "weight": 0.8, "stages": {"40": 0.2}},
-        "books": {"path": sources["books"], "weight": 0.2, "stages": {"40": 0.8}},
-    }))
+    spec.write_text(
+        json.dumps(
+            {
+                "web": {"path": sources["web"], "weight": 0.8, "stages": {"40": 0.2}},
+                "books": {"path": sources["books"], "weight": 0.2, "stages": {"40": 0.8}},
+            }
+        )
+    )
     data = parse_data_spec(str(spec))
-    assert data[0].stages == ((40, 0.2),) and data[0].weight_at(39) == 0.8 and data[0].weight_at(40) == 0.2
+    assert (
+        data[0].stages == ((40, 0.2),)
+        and data[0].weight_at(39) == 0.8
+        and data[0].weight_at(40) == 0.2
+    )
     cfg = config(data, packing="document", global_batch_size=8)
     states, batches = [], []
     it = make_iterator(cfg)
@@ -100,17 +108,24 @@ def test_stages_change_the_realized_shares_at_their_step_and_resume_exactly(sour
 def test_a_mixture_of_one_is_the_plain_directory(sources):
     plain = take(make_iterator(config(sources["web"], packing="document")), 5)
     assert SOURCE_TOKENS not in plain[0]
-    assert_same(take(make_iterator(config(parse_data_spec(sources["web"]), packing="document")), 5), plain)
+    assert_same(
+        take(make_iterator(config(parse_data_spec(sources["web"]), packing="document")), 5), plain
+    )
 
 
 def test_weights_change_the_mixture(sources):
-    heavy = np.sum([b[SOURCE_TOKENS] for b in take(make_iterator(config(mixture(sources, 0.2, 0.8))), 200)], axis=0)
+    heavy = np.sum(
+        [b[SOURCE_TOKENS] for b in take(make_iterator(config(mixture(sources, 0.2, 0.8))), 200)],
+        axis=0,
+    )
     assert 0.75 < heavy[1] / heavy.sum() < 0.85
 
 
 def test_sources_that_do_not_share_a_tokenizer_are_refused(sources):
     spec = parse_data_spec(f"books=1:{sources['books']},other=1:{sources['other']}")
-    with pytest.raises(LoaderError, match="do not share one tokenizer: 'books' was prepared with .* 'other' with"):
+    with pytest.raises(
+        LoaderError, match="do not share one tokenizer: 'books' was prepared with .* 'other' with"
+    ):
         make_dataset(config(spec))
 
 
@@ -123,10 +138,16 @@ def test_data_specs_parse_to_named_weighted_sources(tmp_path):
     assert parse_data_spec("data/stories/") == (DataSource("stories", "data/stories/", 1.0),)
     assert parse_data_spec("runs/my data") == (DataSource("my_data", "runs/my data", 1.0),)
     web, books = parse_data_spec(" web=4:data/web , books=1:gs://bucket/books ")
-    assert web == DataSource("web", "data/web", 0.8) and books == DataSource("books", "gs://bucket/books", 0.2)
+    assert web == DataSource("web", "data/web", 0.8) and books == DataSource(
+        "books", "gs://bucket/books", 0.2
+    )
     spec = tmp_path / "conf" / "mix.json"
     spec.parent.mkdir()
-    spec.write_text(json.dumps({"web": {"path": "../web", "weight": 3}, "books": {"path": "/abs/books", "weight": 1}}))
+    spec.write_text(
+        json.dumps(
+            {"web": {"path": "../web", "weight": 3}, "books": {"path": "/abs/books", "weight": 1}}
+        )
+    )
     assert parse_data_spec(str(spec)) == (
         DataSource("web", str(tmp_path / "conf" / "../web"), 0.75),
         DataSource("books", "/abs/books", 0.25),
@@ -163,8 +184,14 @@ def test_bad_data_specs_are_refused(spec, message):
         ('{"web": {"path": "w"}}', "source 'web' must be"),
         ('{"web": {"path": "w", "weight": 1, "extra": 2}}', "source 'web' must be"),
         ('{"web": {"path": "w", "weight": "heavy"}}', "weight of source 'web' must be a number"),
-        ('{"web": {"path": "w", "weight": 1, "stages": {"soon": 2}}}', "stages of source 'web' must be"),
-        ('{"web": {"path": "w", "weight": 1, "stages": {"0": 2}}}', "must start at distinct positive steps"),
+        (
+            '{"web": {"path": "w", "weight": 1, "stages": {"soon": 2}}}',
+            "stages of source 'web' must be",
+        ),
+        (
+            '{"web": {"path": "w", "weight": 1, "stages": {"0": 2}}}',
+            "must start at distinct positive steps",
+        ),
         ('{"web": {"path": "w", "weight": 1, "stages": {"9": 0}}}', "must be a positive number"),
     ],
 )
@@ -186,7 +213,12 @@ def test_loader_config_refuses_bad_data():
 def test_batches_writes_and_prints_the_realized_mixture(sources, tmp_path, capsys):
     out = str(tmp_path / "m.npz")
     spec = f"web=0.7:{sources['web']},books=0.3:{sources['books']}"
-    assert batches_main([spec, "--seq-len", "32", "--batch-size", "4", "--take", "epoch", "--out", out]) == 0
+    assert (
+        batches_main(
+            [spec, "--seq-len", "32", "--batch-size", "4", "--take", "epoch", "--out", out]
+        )
+        == 0
+    )
     counts = np.load(out)[SOURCE_TOKENS]
     totals = counts.sum(axis=0)
     printed = capsys.readouterr().out

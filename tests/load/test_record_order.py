@@ -19,8 +19,11 @@ def test_every_epoch_reads_every_record_once(records):
 def test_seed_source_and_epoch_each_change_the_order_and_nothing_else_does():
     first = permutation(5000, seed=0, source=0, epoch=0)
     np.testing.assert_array_equal(first, permutation(5000, seed=0, source=0, epoch=0))
-    others = [permutation(5000, seed=1, source=0, epoch=0), permutation(5000, seed=0, source=1, epoch=0),
-              permutation(5000, seed=0, source=0, epoch=1)]
+    others = [
+        permutation(5000, seed=1, source=0, epoch=0),
+        permutation(5000, seed=0, source=1, epoch=0),
+        permutation(5000, seed=0, source=0, epoch=1),
+    ]
     for other in others:
         assert np.mean(other == first) < 0.01
 
@@ -40,8 +43,17 @@ def test_positions_looked_up_a_block_at_a_time_match_the_whole_order():
     records = 3 * BLOCK + 5
     whole = permutation(records, seed=2, source=4, epoch=1)
     order = EpochOrder(records, seed=2, source=4)
-    for start, stop in ((0, 1), (BLOCK - 3, BLOCK + 2), (5, 2 * BLOCK + 9), (records - 1, records), (7, 7)):
+    for start, stop in (
+        (0, 1),
+        (BLOCK - 3, BLOCK + 2),
+        (5, 2 * BLOCK + 9),
+        (records - 1, records),
+        (7, 7),
+    ):
         np.testing.assert_array_equal(order.records(1, start, stop), whole[start:stop])
-    np.testing.assert_array_equal(order.records(0, 5, 6), permutation(records, seed=2, source=4, epoch=0)[5:6])
-    np.testing.assert_array_equal(permuted(np.array([7, 3], np.uint64), records, seed=2, source=4, epoch=1),
-                                  whole[[7, 3]])
+    np.testing.assert_array_equal(
+        order.records(0, 5, 6), permutation(records, seed=2, source=4, epoch=0)[5:6]
+    )
+    np.testing.assert_array_equal(
+        permuted(np.array([7, 3], np.uint64), records, seed=2, source=4, epoch=1), whole[[7, 3]]
+    )

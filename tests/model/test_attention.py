@@ -25,20 +25,28 @@ def _segments(b=2, t=16) -> jax.Array:
 @pytest.mark.integration
 @pytest.mark.parametrize("dtype, tolerance", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
 @pytest.mark.parametrize("segments", [False, True])
-def test_the_causal_flag_and_segment_rule_match_amaterialized_attention_mask(dtype, tolerance, segments):
+def test_the_causal_flag_and_segment_rule_match_amaterialized_attention_mask(
+    dtype, tolerance, segments
+):
     q, k, v = _qkv(dtype)
     segment_ids = _segments() if segments else None
     ours = jax.jit(causal_attention)(q, k, v, segment_ids)
     reference = materialized_attention(q, k, v, segment_ids)
-    np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(reference, np.float32), atol=tolerance)
+    np.testing.assert_allclose(
+        np.asarray(ours, np.float32), np.asarray(reference, np.float32), atol=tolerance
+    )
 
     def loss(f, q, k, v):
         return (f(q, k, v, segment_ids).astype(jnp.float32) ** 2).sum()
 
     ours_grads = jax.grad(lambda *a: loss(causal_attention, *a), argnums=(0, 1, 2))(q, k, v)
-    reference_grads = jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2))(q, k, v)
+    reference_grads = jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2))(
+        q, k, v
+    )
     for a, b in zip(ours_grads, reference_grads):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=tolerance * 10)
+        np.testing.assert_allclose(
+            np.asarray(a, np.float32), np.asarray(b, np.float32), atol=tolerance * 10
+        )
 
 
 @pytest.mark.parametrize(
@@ -56,14 +64,19 @@ def test_the_causal_flag_and_segment_rule_match_amaterialized_attention_mask(dty
         ("cuda", jnp.bfloat16, 64, 1023, False, CUDNN),
     ],
 )
-def test_cudnn_is_chosen_on_cuda_for_the_inputs_it_takes(platform, dtype, head_dim, seq_len, segments, expected):
-    implementation, why = choose(platform, dtype=dtype, head_dim=head_dim, seq_len=seq_len, segments=segments)
+def test_cudnn_is_chosen_on_cuda_for_the_inputs_it_takes(
+    platform, dtype, head_dim, seq_len, segments, expected
+):
+    implementation, why = choose(
+        platform, dtype=dtype, head_dim=head_dim, seq_len=seq_len, segments=segments
+    )
     assert implementation == expected
     assert why
 
 
 def _backend() -> str:
-    """The backend present, from its devices: 'cuda' for NVIDIA GPUs, 'rocm' for AMD's, else the platform."""
+    """The backend present, from its devices: 'cuda' for NVIDIA GPUs, 'rocm' for AMD's, else the
+    platform."""
     device = jax.devices()[0]
     if device.platform == "gpu":
         return "cuda" if "cuda" in device.client.platform_version.lower() else "rocm"
@@ -79,7 +92,10 @@ def test_this_machine_runs_the_kernel_its_backend_takes(segments):
     expected = CUDNN if ON_CUDA else XLA
     q, k, v = _qkv(jnp.bfloat16, t=64, size=64)
     segment_ids = _segments(t=64) if segments else None
-    assert choose(attention.platform(), dtype=q.dtype, head_dim=64, seq_len=64, segments=segments)[0] == expected
+    assert (
+        choose(attention.platform(), dtype=q.dtype, head_dim=64, seq_len=64, segments=segments)[0]
+        == expected
+    )
     # The step runs the kernel chosen: cuDNN's fused attention is a custom call of its own.
     lowered = jax.jit(causal_attention).lower(q, k, v, segment_ids).as_text()
     assert ("__cudnn$fmha" in lowered) == (expected == CUDNN)
@@ -94,17 +110,23 @@ def test_cudnns_outputs_and_gradients_match_the_reference(segments):
     exact = [x.astype(jnp.float32) for x in (q, k, v)]  # the same inputs; the reference in float32
 
     def close(ours, reference):
-        # bfloat16 keeps 8 bits of mantissa: within 2% of the largest value, where a wrong mask is far off.
+        # bfloat16 keeps 8 bits of mantissa: within 2% of the largest value, where a wrong mask is
+        # far off.
         ours, reference = np.asarray(ours, np.float32), np.asarray(reference, np.float32)
         np.testing.assert_allclose(ours, reference, atol=0.02 * np.abs(reference).max())
 
-    close(jax.jit(causal_attention)(q, k, v, segment_ids), jax.jit(materialized_attention)(*exact, segment_ids))
+    close(
+        jax.jit(causal_attention)(q, k, v, segment_ids),
+        jax.jit(materialized_attention)(*exact, segment_ids),
+    )
 
     def loss(f, q, k, v):
         return (f(q, k, v, segment_ids).astype(jnp.float32) ** 2).sum()
 
     ours = jax.jit(jax.grad(lambda *a: loss(causal_attention, *a), argnums=(0, 1, 2)))(q, k, v)
-    reference = jax.jit(jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2)))(*exact)
+    reference = jax.jit(jax.grad(lambda *a: loss(materialized_attention, *a), argnums=(0, 1, 2)))(
+        *exact
+    )
     for a, b in zip(ours, reference):
         close(a, b)
 

@@ -12,16 +12,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from support.runs import REPO
 
 from model.config import GPTConfig, preset
 from model.gpt import GPT
+from support.runs import REPO
 from train.config import TrainConfig
 from train.mesh import global_batch, make_mesh
 from train.step import Steps, loss_fn
 from train.trainer import build
 
-SMALL = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=2, num_heads=4, width=64, mlp_width=128)
+SMALL = GPTConfig(
+    vocab_size=512, max_seq_len=32, num_layers=2, num_heads=4, width=64, mlp_width=128
+)
 
 
 def _model(config: GPTConfig = SMALL) -> tuple[GPT, jax.sharding.Mesh]:
@@ -32,8 +34,15 @@ def _model(config: GPTConfig = SMALL) -> tuple[GPT, jax.sharding.Mesh]:
 
 @pytest.mark.integration
 def test_steps_decrease_the_loss_on_a_fixed_batch():
-    config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=32, batch_size=8, warmup_steps=0,
-                         learning_rate=3e-3)
+    config = TrainConfig(
+        data="-",
+        workdir="-",
+        model=SMALL,
+        seq_len=32,
+        batch_size=8,
+        warmup_steps=0,
+        learning_rate=3e-3,
+    )
     mesh = make_mesh(())
     steps = Steps(*build(config, mesh))
     arrays = steps.arrays
@@ -84,9 +93,16 @@ def test_padding_is_left_out_of_the_loss():
     segments = np.ones((2, 16), np.int32)
     segments[:, 12:] = 0
     with jax.set_mesh(mesh):
-        full = {"inputs": tokens, "targets": tokens, "segment_ids": segments, "positions": np.tile(np.arange(16), (2, 1))}
+        full = {
+            "inputs": tokens,
+            "targets": tokens,
+            "segment_ids": segments,
+            "positions": np.tile(np.arange(16), (2, 1)),
+        }
         changed = dict(full, targets=np.where(segments > 0, tokens, 5))
-        assert float(loss_fn(model, full)) == pytest.approx(float(loss_fn(model, changed)), abs=1e-6)
+        assert float(loss_fn(model, full)) == pytest.approx(
+            float(loss_fn(model, changed)), abs=1e-6
+        )
 
 
 def test_presets_and_config_checks():
@@ -99,8 +115,12 @@ def test_presets_and_config_checks():
 
 
 def _run_on_8_devices(code: str) -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -152,7 +172,8 @@ from model.gpt import GPT
 from train.mesh import make_mesh
 out = {}
 for fsdp in (False, True):
-    cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=1, num_heads=4, width=64, mlp_width=128, fsdp=fsdp)
+    cfg = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=1, num_heads=4, width=64,
+                    mlp_width=128, fsdp=fsdp)
     mesh = make_mesh((("data", 4), ("model", 2)))
     with jax.set_mesh(mesh):
         model = GPT(cfg, rngs=nnx.Rngs(0))
@@ -183,7 +204,15 @@ def test_parameters_are_sharded_as_annotated():
 @pytest.mark.integration
 @pytest.mark.parametrize("remat", ["full", "dots"])
 def test_remat_computes_the_same_loss_and_gradients(remat):
-    config = GPTConfig(vocab_size=512, max_seq_len=32, num_layers=2, num_heads=4, width=64, mlp_width=128, dropout=0.1)
+    config = GPTConfig(
+        vocab_size=512,
+        max_seq_len=32,
+        num_layers=2,
+        num_heads=4,
+        width=64,
+        mlp_width=128,
+        dropout=0.1,
+    )
     model, mesh = _model(config)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 512, (4, 32)), jnp.int32)
 

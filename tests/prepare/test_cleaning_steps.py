@@ -21,9 +21,11 @@ from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints
 A, B, C = (np.array(key, dtype=np.uint64) for key in ([7, 1], [8, 2], [9, 3]))
 
 
-def fingerprints(unit: int, keys: list[np.ndarray], evals: dict[int, list[int]]) -> UnitFingerprints:
-    """A unit whose document `i` has exact key `keys[i]`, and the eval n-grams `evals[i]` (all of the
-    first eval file)."""
+def fingerprints(
+    unit: int, keys: list[np.ndarray], evals: dict[int, list[int]]
+) -> UnitFingerprints:
+    """A unit whose document `i` has exact key `keys[i]`, and the eval n-grams `evals[i]` (all of
+    the first eval file)."""
     hits = [np.array(evals[n], dtype=np.int64) for n in sorted(evals)]
     all_hits = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
     return UnitFingerprints(
@@ -43,7 +45,8 @@ def fingerprints(unit: int, keys: list[np.ndarray], evals: dict[int, list[int]])
 
 
 def clean(units: list[UnitFingerprints], max_matches: int, buckets: int) -> dict[int, list[dict]]:
-    """Every step of the stage in turn, as its Beam job strings them, per unit its removal entries."""
+    """Every step of the stage in turn, as its Beam job strings them, per unit its removal
+    entries."""
     common = common_ngrams(add_counts([u.eval_counts() for u in units]), max_matches)
     removed = {u.unit: contaminated(u, common) for u in units}
     grouped = collections.defaultdict(list)
@@ -79,7 +82,9 @@ def test_a_common_eval_ngram_removes_nothing_and_a_contaminated_document_keeps_n
 
 
 def test_eval_match_counts_add_up_per_ngram():
-    indices, counts = add_counts([(np.array([1, 4]), np.array([2, 1])), (np.array([4, 9]), np.array([3, 1]))])
+    indices, counts = add_counts(
+        [(np.array([1, 4]), np.array([2, 1])), (np.array([4, 9]), np.array([3, 1]))]
+    )
     assert indices.tolist() == [1, 4, 9] and counts.tolist() == [2, 4, 1]
     assert common_ngrams((indices, counts), max_matches=1).tolist() == [1, 4]
     assert add_counts([])[0].tolist() == []

@@ -10,14 +10,14 @@ import sys
 
 import numpy as np
 import pytest
-from support.fault_runs import kill_prepare_part_way
-from support.gcs_emulator import gcs_emulator_fixture
-from support.runs import REPO, run_prepare, tree_bytes
 
 from pipeline.corpus import write_corpus
 from pipeline.dataset import storage
 from pipeline.load.batches import main as batches_main
 from schemas import formats
+from support.fault_runs import kill_prepare_part_way
+from support.gcs_emulator import gcs_emulator_fixture
+from support.runs import REPO, run_prepare, tree_bytes
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -61,20 +61,33 @@ def objects(gcs, prefix: str) -> dict[str, bytes]:
 
 
 def cli(gcs, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, env=gcs.subprocess_env(),
-                          capture_output=True, text=True, timeout=600, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=REPO,
+        env=gcs.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kwargs,
+    )
 
 
 def test_prepare_to_gcs_writes_the_bytes_of_a_local_run(bucket, local_run):
     out = bucket.url("out")
-    result = cli(bucket, "prepare", "--input", bucket.url("raw/stories.txt"), "--output", out, *ARGS)
+    result = cli(
+        bucket, "prepare", "--input", bucket.url("raw/stories.txt"), "--output", out, *ARGS
+    )
     assert result.returncode == 0, result.stderr
     remote = objects(bucket, "out")
     local = tree_bytes(local_run)
     shard_names = {k for k in local if k.startswith(formats.SPLITS)}
     assert shard_names and {k: remote[k] for k in shard_names} == {k: local[k] for k in shard_names}
     # Nothing but the output: no state, no scratch objects.
-    assert set(remote) == shard_names | {formats.MANIFEST_NAME, formats.RUN_INFO_NAME, formats.REJECTS_NAME}
+    assert set(remote) == shard_names | {
+        formats.MANIFEST_NAME,
+        formats.RUN_INFO_NAME,
+        formats.REJECTS_NAME,
+    }
     manifest = json.loads(remote[formats.MANIFEST_NAME])
     local_manifest = json.loads(local[formats.MANIFEST_NAME])
     assert manifest["shards"] == local_manifest["shards"]
@@ -90,7 +103,18 @@ def test_the_loader_reads_gcs_shards_directly(bucket, local_run, tmp_path):
     out = bucket.url("out")
     run_prepare([bucket.url("raw/stories.txt")], out, *ARGS)
     for packing, workers in (("concat", "0"), ("document", "2")):
-        args = ["--seq-len", "64", "--batch-size", "4", "--take", "epoch", "--packing", packing, "--workers", workers]
+        args = [
+            "--seq-len",
+            "64",
+            "--batch-size",
+            "4",
+            "--take",
+            "epoch",
+            "--packing",
+            packing,
+            "--workers",
+            workers,
+        ]
         assert batches_main([out, *args, "--out", str(tmp_path / "remote.npz")]) == 0
         assert batches_main([local_run, *args, "--out", str(tmp_path / "local.npz")]) == 0
         remote, local = np.load(tmp_path / "remote.npz"), np.load(tmp_path / "local.npz")
@@ -107,16 +131,24 @@ def test_overwrite_on_gcs_replaces_only_what_prepare_wrote(bucket):
     second = run_prepare([source], out, "--unit-bytes", "131072", "--overwrite")
     assert {s.path for s in first.shards}.isdisjoint(s.path for s in second.shards)
     names = set(objects(bucket, "out"))
-    assert names == {"NOTES", formats.MANIFEST_NAME, formats.RUN_INFO_NAME, formats.REJECTS_NAME,
-                     *(s.path for s in second.shards)}
+    assert names == {
+        "NOTES",
+        formats.MANIFEST_NAME,
+        formats.RUN_INFO_NAME,
+        formats.REJECTS_NAME,
+        *(s.path for s in second.shards),
+    }
 
 
 @pytest.mark.slow
 def test_a_killed_run_on_gcs_resumes_to_the_same_bytes(bucket, local_run):
     source, out = bucket.url("raw/stories.txt"), bucket.url("killed")
     units = storage.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    kill_prepare_part_way(["--input", source, "--output", out, *ARGS, "--direct_num_workers=2"],
-                          env=bucket.subprocess_env(), after=2)
+    kill_prepare_part_way(
+        ["--input", source, "--output", out, *ARGS, "--direct_num_workers=2"],
+        env=bucket.subprocess_env(),
+        after=2,
+    )
     done = len(storage.list_files(units, ".json"))
     assert 0 < done <= 2 and not storage.exists(storage.join(out, formats.MANIFEST_NAME))
     manifest = run_prepare([source], out, *ARGS)
@@ -125,8 +157,12 @@ def test_a_killed_run_on_gcs_resumes_to_the_same_bytes(bucket, local_run):
     local = tree_bytes(local_run)
     remote = objects(bucket, "killed")
     assert all(remote[s.path] == local[s.path] for s in manifest.shards)
-    assert set(remote) == {formats.MANIFEST_NAME, formats.RUN_INFO_NAME, formats.REJECTS_NAME,
-                           *(s.path for s in manifest.shards)}
+    assert set(remote) == {
+        formats.MANIFEST_NAME,
+        formats.RUN_INFO_NAME,
+        formats.REJECTS_NAME,
+        *(s.path for s in manifest.shards),
+    }
 
 
 @pytest.mark.slow
@@ -136,12 +172,41 @@ def test_training_from_gcs_equals_training_from_local_data(bucket, local_run, tm
     digests = []
     for data in (out, local_run):
         run = subprocess.run(
-            [sys.executable, "-m", "train", "--data", data, "--workdir", str(tmp_path / f"run{len(digests)}"),
-             "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--width", "32", "--layers", "1",
-             "--heads", "2", "--checkpoint-every", "3", "--eval-every", "3", "--eval-batches", "1"],
-            cwd=REPO, env=dict(bucket.subprocess_env(), JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "train",
+                "--data",
+                data,
+                "--workdir",
+                str(tmp_path / f"run{len(digests)}"),
+                "--steps",
+                "3",
+                "--batch-size",
+                "4",
+                "--seq-len",
+                "32",
+                "--width",
+                "32",
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--checkpoint-every",
+                "3",
+                "--eval-every",
+                "3",
+                "--eval-batches",
+                "1",
+            ],
+            cwd=REPO,
+            env=dict(bucket.subprocess_env(), JAX_PLATFORMS="cpu"),
+            capture_output=True,
+            text=True,
             timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
-        digests.append(next(line.split()[-1] for line in run.stdout.splitlines() if "params sha256" in line))
+        digests.append(
+            next(line.split()[-1] for line in run.stdout.splitlines() if "params sha256" in line)
+        )
     assert digests[0] == digests[1]

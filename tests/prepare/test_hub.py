@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import HfFileSystem
-from support.hub_standin import HubStandIn
 
 from pipeline.prepare.read.hub import (
     HubError,
@@ -20,6 +19,7 @@ from pipeline.prepare.read.hub import (
     open_hub_file,
     resolve_hub_dataset,
 )
+from support.hub_standin import HubStandIn
 
 
 def write_files(root, files: dict[str, bytes]) -> str:
@@ -88,7 +88,8 @@ def as_a_fresh_worker() -> None:
 def data_downloads(standin: HubStandIn) -> list[str]:
     """Requests that fetched a data file's content (the card and metadata files are expected)."""
     return [
-        r.path for r in standin.requests
+        r.path
+        for r in standin.requests
         if "/resolve/" in r.path and r.method == "GET" and not r.path.endswith(".md")
     ]
 
@@ -123,9 +124,13 @@ def test_card_configs_choose_the_files(hub, tmp_path):
     ]
     assert [f.path for f in stories_validation.files] == ["stories/held_out.jsonl"]
     assert [(f.path, f.format) for f in poems.files] == [("poems/roses.jsonl", "jsonl")]
-    with pytest.raises(HubError, match=r"several configs \(\['stories', 'poems'\]\); pass --hf-name"):
+    with pytest.raises(
+        HubError, match=r"several configs \(\['stories', 'poems'\]\); pass --hf-name"
+    ):
         resolve_hub_dataset("org/mixed", split="train")
-    with pytest.raises(HubError, match=r"no config 'songs' \(configs: \['stories', 'poems'\]\); pass"):
+    with pytest.raises(
+        HubError, match=r"no config 'songs' \(configs: \['stories', 'poems'\]\); pass"
+    ):
         resolve_hub_dataset("org/mixed", name="songs", split="train")
 
 
@@ -146,7 +151,12 @@ def test_jsonl_repo_with_compressed_files(hub, tmp_path):
     assert resolved.revision == sha
     assert [(f.path, f.format, f.size) for f in resolved.files] == [
         (p, "jsonl", len(files[p]))
-        for p in ("more/deeper/train-3.jsonl", "train-0.jsonl", "train-1.jsonl.gz", "train-2.jsonl.zst")
+        for p in (
+            "more/deeper/train-3.jsonl",
+            "train-0.jsonl",
+            "train-1.jsonl.gz",
+            "train-2.jsonl.zst",
+        )
     ]
     assert [f.path for f in resolve_hub_dataset("org/lines", split="test").files] == ["test.jsonl"]
 
@@ -154,14 +164,21 @@ def test_jsonl_repo_with_compressed_files(hub, tmp_path):
 def test_ranged_reads_fetch_only_what_is_read(hub, tmp_path):
     rng = np.random.default_rng(0)
     big = jsonl_bytes([rng.bytes(300).hex() for _ in range(4000)])  # about 2.4 MB
-    sha = hub.commit("org/big", write_files(tmp_path / "repo", {"train.jsonl": big, "README.md": b"hi"}))
+    sha = hub.commit(
+        "org/big", write_files(tmp_path / "repo", {"train.jsonl": big, "README.md": b"hi"})
+    )
     url = resolve_hub_dataset("org/big").files[0].url
     as_a_fresh_worker()
     hub.requests.clear()
 
     assert hub_file_size(url) == len(big)
     with open_hub_file(url) as f:
-        for offset, length in [(1_000_000, 5000), (17, 100), (len(big) - 50, 50), (2_000_000, 300_000)]:
+        for offset, length in [
+            (1_000_000, 5000),
+            (17, 100),
+            (len(big) - 50, 50),
+            (2_000_000, 300_000),
+        ]:
             f.seek(offset)
             assert f.read(length) == big[offset : offset + length]
 
@@ -185,9 +202,14 @@ def test_parquet_row_groups_read_through_pyarrow(hub, tmp_path):
 
 @pytest.mark.integration
 def test_a_new_commit_resolves_anew_while_pinned_urls_keep_their_bytes(hub, tmp_path):
-    old = hub.commit("org/moving", write_files(tmp_path / "v1", {"data/train.jsonl": jsonl_bytes(["old"])}))
+    old = hub.commit(
+        "org/moving", write_files(tmp_path / "v1", {"data/train.jsonl": jsonl_bytes(["old"])})
+    )
     before = resolve_hub_dataset("org/moving")
-    new_files = {"data/train.jsonl": jsonl_bytes(["new", "newer"]), "data/train-2.jsonl": jsonl_bytes(["x"])}
+    new_files = {
+        "data/train.jsonl": jsonl_bytes(["new", "newer"]),
+        "data/train-2.jsonl": jsonl_bytes(["x"]),
+    }
     new = hub.commit("org/moving", write_files(tmp_path / "v2", new_files))
 
     after = resolve_hub_dataset("org/moving")
@@ -205,7 +227,9 @@ def test_a_new_commit_resolves_anew_while_pinned_urls_keep_their_bytes(hub, tmp_
 
 
 def test_a_gated_repo_needs_a_token(hub, tmp_path, monkeypatch):
-    hub.commit("org/gated", write_files(tmp_path / "repo", {"train.jsonl": jsonl_bytes(["secret"])}))
+    hub.commit(
+        "org/gated", write_files(tmp_path / "repo", {"train.jsonl": jsonl_bytes(["secret"])})
+    )
     hub.gate("org/gated", token="hf_granted")
 
     with pytest.raises(HubError, match=r"'org/gated'.*gated.*set HF_TOKEN"):
@@ -226,7 +250,12 @@ def card(yaml: str) -> bytes:
 @pytest.mark.parametrize(
     "repo, files, kwargs, message",
     [
-        ("org/absent", None, {}, r"'org/absent' does not exist or is private; check the id, or set HF_TOKEN"),
+        (
+            "org/absent",
+            None,
+            {},
+            r"'org/absent' does not exist or is private; check the id, or set HF_TOKEN",
+        ),
         ("not a repo id", None, {}, r"not a Hugging Face dataset id"),
         (
             "org/stories",
@@ -235,30 +264,44 @@ def card(yaml: str) -> bytes:
             r"no split 'test' \(splits: \['train', 'validation'\]\); pass --hf-split",
         ),
         ("org/stories", PARQUET_REPO, {"revision": "0" * 40}, r"no revision '0{40}'"),
-        ("org/tables", {"train.csv": b"a\nb\n"}, {}, r"'csv' builder; only \['arrow', 'json', 'parquet', 'text'\]"),
+        (
+            "org/tables",
+            {"train.csv": b"a\nb\n"},
+            {},
+            r"'csv' builder; only \['arrow', 'json', 'parquet', 'text'\]",
+        ),
         (
             "org/packed",
             {"train.jsonl.bz2": b"BZh9"},
             {},
-            r"with the 'json' builder, but \S+/train.jsonl.bz2 is not named \.jsonl/\.json/\.ndjson "
-            r"\(plain or compressed as \.gz/\.zst\)",
+            r"with the 'json' builder, but \S+/train.jsonl.bz2 is not named "
+            r"\.jsonl/\.json/\.ndjson \(plain or compressed as \.gz/\.zst\)",
         ),
         (
             "org/mixed",
             {
-                "README.md": card("configs:\n- config_name: a\n  data_files: a.jsonl\n"
-                                  "- config_name: b\n  data_files: b.txt\n"),
+                "README.md": card(
+                    "configs:\n- config_name: a\n  data_files: a.jsonl\n"
+                    "- config_name: b\n  data_files: b.txt\n"
+                ),
                 "a.jsonl": b"{}\n",
                 "b.txt": b"b\n",
             },
             {"name": "b"},
             r"all the repo's data files with the 'json' builder, but \S+/b.txt is not named",
         ),
-        ("org/empty", {"README.md": b"# nothing\n"}, {}, r"cannot resolve its data files: .*any data files"),
+        (
+            "org/empty",
+            {"README.md": b"# nothing\n"},
+            {},
+            r"cannot resolve its data files: .*any data files",
+        ),
         (
             "org/nested",
             {
-                "README.md": card("configs:\n- config_name: default\n  data_files: a.json\n  field: rows\n"),
+                "README.md": card(
+                    "configs:\n- config_name: default\n  data_files: a.json\n  field: rows\n"
+                ),
                 "a.json": b'{"rows": []}',
             },
             {},
@@ -267,8 +310,10 @@ def card(yaml: str) -> bytes:
         (
             "org/filtered",
             {
-                "README.md": card("configs:\n- config_name: default\n  data_files: a.parquet\n"
-                                  "  filters: [[id, '>', 2]]\n"),
+                "README.md": card(
+                    "configs:\n- config_name: default\n  data_files: a.parquet\n"
+                    "  filters: [[id, '>', 2]]\n"
+                ),
                 "a.parquet": parquet_bytes(["x"]),
             },
             {},
@@ -295,7 +340,9 @@ def test_no_network_is_a_clear_error(hub, monkeypatch, offline):
     monkeypatch.setattr(datasets.config, "HF_ENDPOINT", dead)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
 
-    with pytest.raises(HubError, match=r"cannot reach the Hugging Face Hub .*'org/stories'.*HF_HUB_OFFLINE"):
+    with pytest.raises(
+        HubError, match=r"cannot reach the Hugging Face Hub .*'org/stories'.*HF_HUB_OFFLINE"
+    ):
         resolve_hub_dataset("org/stories")
 
 

@@ -21,7 +21,23 @@ from schemas.prepare_config import PrepareConfig
 
 LOW = 0.2
 NGRAM = 5
-_WORDS = ["the", "fox", "jumps", "over", "lazy", "dog", "and", "cat", "sat", "on", "mat", "Fox,", "DOG!", "—", "🙂"]
+_WORDS = [
+    "the",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "and",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "Fox,",
+    "DOG!",
+    "—",
+    "🙂",
+]
 
 
 def _shingles(text: str) -> set[tuple[str, ...]]:
@@ -66,8 +82,8 @@ def pairs(draw) -> tuple[str, str]:
 
 
 def _near_removed(keeper: str, other: str) -> bool:
-    """Whether `other`, after `keeper` in one unit, is removed as its near duplicate: fingerprinted by
-    the stage's own reading of a unit, its band keys grouped by the stage's keeper rule."""
+    """Whether `other`, after `keeper` in one unit, is removed as its near duplicate: fingerprinted
+    by the stage's own reading of a unit, its band keys grouped by the stage's keeper rule."""
     config = PrepareConfig(dedup="near")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pair.jsonl")
@@ -83,8 +99,13 @@ def _near_removed(keeper: str, other: str) -> bool:
     return any(number == 1 for _, number, *_ in duplicates(NEAR, parts))
 
 
-@settings(max_examples=400, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(pairs())
 def test_no_pair_below_the_curves_low_end_is_removed(pair):
     keeper, other = pair

@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-from support.runs import run_outputs, run_prepare
 
 from pipeline.corpus import write_corpus
 from pipeline.prepare.planning import (
@@ -18,6 +17,7 @@ from pipeline.prepare.planning import (
 )
 from schemas import formats
 from schemas.prepare_config import DEFAULT_UNIT_BYTES, PrepareConfig
+from support.runs import run_outputs, run_prepare
 
 MIB = 2**20
 
@@ -27,7 +27,9 @@ def test_unit_size_is_a_share_of_the_total_between_the_floor_and_unit_bytes():
     assert unit_bytes_for(0, config) == UNIT_FLOOR_BYTES
     assert unit_bytes_for(3 * MIB, config) == UNIT_FLOOR_BYTES
     assert unit_bytes_for(TARGET_UNITS * 5 * MIB, config) == 5 * MIB
-    assert unit_bytes_for(TARGET_UNITS * 5 * MIB + 1, config) == 5 * MIB + 1  # rounded up: never a 65th unit
+    assert (
+        unit_bytes_for(TARGET_UNITS * 5 * MIB + 1, config) == 5 * MIB + 1
+    )  # rounded up: never a 65th unit
     assert unit_bytes_for(10**12, config) == DEFAULT_UNIT_BYTES
     small = PrepareConfig(unit_bytes=64 * 1024)
     assert unit_bytes_for(3 * MIB, small) == 64 * 1024  # --unit-bytes below the floor is kept
@@ -52,8 +54,14 @@ def test_a_small_input_prepares_on_two_workers_into_the_same_bytes_as_on_one(tmp
     write_corpus(corpus, 8_000, seed=2)
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     run_prepare([corpus], one, "--validation-fraction", "0.1")
-    manifest = run_prepare([corpus], two, "--validation-fraction", "0.1",
-                           "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    manifest = run_prepare(
+        [corpus],
+        two,
+        "--validation-fraction",
+        "0.1",
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    )
     assert manifest.num_units >= 2
     with open(os.path.join(two, formats.RUN_INFO_NAME)) as f:
         assert json.load(f)["worker_processes"] == 2

@@ -7,11 +7,11 @@ import os
 
 import numpy as np
 import pytest
-from support.corpora import write_jsonl, write_parquet, write_text
-from support.runs import decoded_documents, read_split, run_prepare
 
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
+from support.corpora import write_jsonl, write_parquet, write_text
+from support.runs import decoded_documents, read_split, run_prepare
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -23,11 +23,16 @@ def _rejects(out: str) -> list[dict]:
 
 def test_invalid_utf8_is_replaced_and_counted(tmp_path, encoding):
     path = tmp_path / "c.txt"
-    path.write_bytes(b"good one\n<|endoftext|>\nbad \xff\xfe bytes\n<|endoftext|>\nalso \xc3 bad\n<|endoftext|>\n")
+    path.write_bytes(
+        b"good one\n<|endoftext|>\nbad \xff\xfe bytes\n<|endoftext|>\n"
+        b"also \xc3 bad\n<|endoftext|>\n"
+    )
     out = str(tmp_path / "out")
     manifest = run_prepare([str(path)], out)
     assert manifest.counts["invalid_utf8_documents"] == 2
-    assert sorted(decoded_documents(out, encoding)) == sorted(["good one", "bad \ufffd\ufffd bytes", "also \ufffd bad"])
+    assert sorted(decoded_documents(out, encoding)) == sorted(
+        ["good one", "bad \ufffd\ufffd bytes", "also \ufffd bad"]
+    )
 
 
 def test_empty_and_blank_documents_are_skipped_and_counted(tmp_path, encoding):
@@ -52,7 +57,11 @@ def test_malformed_json_lines_are_rejected_with_file_and_line(tmp_path, encoding
     out = str(tmp_path / "out")
     manifest = run_prepare([str(path)], out, "--unit-bytes", "4096")
     assert manifest.num_units > 3, "line numbers must hold across unit boundaries"
-    assert manifest.skipped == {"malformed_json": 1, "missing_text_field": 3, "non_string_text_field": 1}
+    assert manifest.skipped == {
+        "malformed_json": 1,
+        "missing_text_field": 3,
+        "non_string_text_field": 1,
+    }
     rejects = _rejects(out)
     assert [(r["reason"], r["location"]) for r in rejects] == [
         ("malformed_json", "line 11"),
@@ -98,15 +107,26 @@ def test_unreadable_parquet_is_an_error_or_a_recorded_skip(tmp_path, encoding):
 def test_garbage_nul_crlf_and_bom_are_handled(tmp_path, encoding):
     rng = np.random.default_rng(0)
     garbage = rng.integers(0, 256, 20000, dtype=np.uint8).tobytes().replace(b"<|endoftext|>", b"")
-    crlf = b"\xef\xbb\xbffirst line\r\nsecond\x00line\r\n<|endoftext|>\r\n  third doc \r\n<|endoftext|>\r\n"
+    crlf = (
+        b"\xef\xbb\xbffirst line\r\nsecond\x00line\r\n<|endoftext|>\r\n"
+        b"  third doc \r\n<|endoftext|>\r\n"
+    )
     (tmp_path / "crlf.txt").write_bytes(crlf)
     (tmp_path / "garbage.txt").write_bytes(garbage)
     out = str(tmp_path / "out")
     # Random bytes are no text: each unit of them is refused, or skipped and recorded.
     with pytest.raises(PrepareError, match="garbage.txt .* looks binary"):
-        run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096")
-    manifest = run_prepare([str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096",
-                           "--skip-bad-files", "--overwrite")
+        run_prepare(
+            [str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")], out, "--unit-bytes", "4096"
+        )
+    manifest = run_prepare(
+        [str(tmp_path / "crlf.txt"), str(tmp_path / "garbage.txt")],
+        out,
+        "--unit-bytes",
+        "4096",
+        "--skip-bad-files",
+        "--overwrite",
+    )
     docs = decoded_documents(out, encoding)
     assert sorted(docs) == ["first line\r\nsecond\x00line", "third doc"]
     assert manifest.skipped == {"binary_file": 5}
@@ -154,7 +174,9 @@ def test_fifty_megabyte_single_document(tmp_path, encoding):
     assert encoding.decode(tokens[:-1].tolist()) == text
 
 
-def test_a_separator_with_leading_whitespace_split_by_a_unit_boundary_loses_nothing(tmp_path, encoding):
+def test_a_separator_with_leading_whitespace_split_by_a_unit_boundary_loses_nothing(
+    tmp_path, encoding
+):
     # The first document ends so that a unit boundary falls inside the separator line after it,
     # past its leading whitespace.
     docs = ["x" * 4092] + [f"document {i}" + " word" * (i % 9) for i in range(100)]
@@ -186,14 +208,20 @@ def _truncated_arrow(path: str) -> str:
     schema = pa.schema([("text", pa.string())])
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         for b in range(4):
-            writer.write_batch(pa.record_batch([pa.array([f"batch {b} row {i} " * 10 for i in range(500)])], schema=schema))
+            writer.write_batch(
+                pa.record_batch(
+                    [pa.array([f"batch {b} row {i} " * 10 for i in range(500)])], schema=schema
+                )
+            )
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2 + 7])
     return path
 
 
 @pytest.mark.parametrize("bad", ["corrupt_page.parquet", "truncated.arrow"])
-def test_a_columnar_file_that_fails_inside_pyarrow_is_an_error_or_a_recorded_skip(tmp_path, encoding, bad):
+def test_a_columnar_file_that_fails_inside_pyarrow_is_an_error_or_a_recorded_skip(
+    tmp_path, encoding, bad
+):
     path = str(tmp_path / bad)
     (_corrupt_page_parquet if bad.endswith(".parquet") else _truncated_arrow)(path)
     good = write_text(str(tmp_path / "good.txt"), ["fine"])
@@ -201,16 +229,27 @@ def test_a_columnar_file_that_fails_inside_pyarrow_is_an_error_or_a_recorded_ski
         run_prepare([path, good], str(tmp_path / "out"))
     manifest = run_prepare([path, good], str(tmp_path / "skip"), "--skip-bad-files")
     assert manifest.skipped["unreadable_file"] >= 1
-    assert all(r["reason"] == "unreadable_file" and r["path"] == path for r in _rejects(str(tmp_path / "skip")))
+    assert all(
+        r["reason"] == "unreadable_file" and r["path"] == path
+        for r in _rejects(str(tmp_path / "skip"))
+    )
     assert "fine" in decoded_documents(str(tmp_path / "skip"), encoding)
 
 
-@pytest.mark.parametrize("name, data", [
-    ("random.txt", np.random.default_rng(0).integers(0, 256, 65536, dtype=np.uint8).tobytes()),
-    ("utf16.txt", ("Once upon a time, a fox.\n<|endoftext|>\n" * 400).encode("utf-16")),
-    ("records.jsonl", b"\x7fELF\x02\x01\x01" + bytes(8000) + b"\n" * 3),
-    ("packed.jsonl.gz", __import__("gzip").compress(np.random.default_rng(1).integers(0, 256, 20000, dtype=np.uint8).tobytes())),
-])
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("random.txt", np.random.default_rng(0).integers(0, 256, 65536, dtype=np.uint8).tobytes()),
+        ("utf16.txt", ("Once upon a time, a fox.\n<|endoftext|>\n" * 400).encode("utf-16")),
+        ("records.jsonl", b"\x7fELF\x02\x01\x01" + bytes(8000) + b"\n" * 3),
+        (
+            "packed.jsonl.gz",
+            __import__("gzip").compress(
+                np.random.default_rng(1).integers(0, 256, 20000, dtype=np.uint8).tobytes()
+            ),
+        ),
+    ],
+)
 def test_a_binary_input_is_refused_or_skipped_and_recorded(tmp_path, name, data):
     binary = tmp_path / name
     binary.write_bytes(data)
@@ -225,15 +264,24 @@ def test_a_binary_input_is_refused_or_skipped_and_recorded(tmp_path, name, data)
 
 def test_text_with_a_few_nul_or_latin_1_bytes_is_text(tmp_path, encoding):
     path = tmp_path / "c.txt"
-    path.write_bytes(("Caf\xe9 cr\xe8me, a story.\x00 " * 40).encode("latin-1") + b"\n<|endoftext|>\n")
+    path.write_bytes(
+        ("Caf\xe9 cr\xe8me, a story.\x00 " * 40).encode("latin-1") + b"\n<|endoftext|>\n"
+    )
     manifest = run_prepare([str(path)], str(tmp_path / "out"))
-    assert manifest.totals["train"].documents == 1 and manifest.counts["invalid_utf8_documents"] == 1
+    assert (
+        manifest.totals["train"].documents == 1 and manifest.counts["invalid_utf8_documents"] == 1
+    )
 
 
 def test_a_run_with_no_training_data_fails_naming_why(tmp_path):
-    body = write_jsonl(str(tmp_path / "body.jsonl"), [f"story {i}" for i in range(146)], field="body")
-    with pytest.raises(PrepareError, match=r"no training data: every document was skipped \(146 missing_text_field: "
-                                           r"check --text-field; see rejects.jsonl\)"):
+    body = write_jsonl(
+        str(tmp_path / "body.jsonl"), [f"story {i}" for i in range(146)], field="body"
+    )
+    with pytest.raises(
+        PrepareError,
+        match=r"no training data: every document was skipped \(146 missing_text_field: "
+        r"check --text-field; see rejects.jsonl\)",
+    ):
         run_prepare([body], str(tmp_path / "a"))
     (tmp_path / "empty.jsonl").write_bytes(b"")
     with pytest.raises(PrepareError, match="no training data: the 1 inputs are empty"):
@@ -241,8 +289,15 @@ def test_a_run_with_no_training_data_fails_naming_why(tmp_path):
     same = write_text(str(tmp_path / "same.txt"), ["one story", "one story"])
     passage = " ".join(f"w{i}" for i in range(20))
     leaked = write_text(str(tmp_path / "leaked.txt"), [passage])
-    with pytest.raises(PrepareError, match=r"removed by cleaning \(1 contaminated; see removals.jsonl\)"):
-        run_prepare([leaked], str(tmp_path / "c"), "--decontaminate", write_jsonl(str(tmp_path / "e.jsonl"), [passage]))
+    with pytest.raises(
+        PrepareError, match=r"removed by cleaning \(1 contaminated; see removals.jsonl\)"
+    ):
+        run_prepare(
+            [leaked],
+            str(tmp_path / "c"),
+            "--decontaminate",
+            write_jsonl(str(tmp_path / "e.jsonl"), [passage]),
+        )
     with pytest.raises(PrepareError, match="all 2 documents went to the validation split"):
         run_prepare([same], str(tmp_path / "d"), "--validation-fraction", "0.9999")
     assert not os.path.exists(tmp_path / "a" / formats.MANIFEST_NAME)

@@ -12,17 +12,16 @@ import sys
 
 import numpy as np
 import pytest
-from support.corpora import write_jsonl, write_parquet, write_text
-from support.fault_runs import kill_prepare_part_way, units_started
-from support.planted import near_copy, planted_corpus
-from support.runs import REPO, decoded_documents, files_in_place, run_outputs, run_prepare
 
 from pipeline.prepare.clean.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.read.documents import DocumentPiece, DocumentRun
 from pipeline.prepare.read.unit_documents import kept_documents
 from schemas import formats
-
+from support.corpora import write_jsonl, write_parquet, write_text
+from support.fault_runs import kill_prepare_part_way, units_started
+from support.planted import near_copy, planted_corpus
+from support.runs import REPO, decoded_documents, files_in_place, run_outputs, run_prepare
 
 
 def _removals(output: str) -> list[dict]:
@@ -46,8 +45,12 @@ def test_normalization_is_nfc_and_collapsed_whitespace_keeping_case():
 
 def test_kept_documents_skips_numbers_and_whole_cut_documents():
     piece = lambda text, first: DocumentPiece(text, first, location=7)  # noqa: E731
-    numbered = [(0, DocumentRun(["a", "b"], [0, 1])), (2, piece("c1", True)), (2, piece("c2", False)),
-                (3, DocumentRun(["d", "e"], [9, 10]))]
+    numbered = [
+        (0, DocumentRun(["a", "b"], [0, 1])),
+        (2, piece("c1", True)),
+        (2, piece("c2", False)),
+        (3, DocumentRun(["d", "e"], [9, 10])),
+    ]
     kept = list(kept_documents(numbered, frozenset({1, 2, 4})))
     assert kept == [DocumentRun(["a"], [0]), DocumentRun(["d"], [9])]
     assert list(kept_documents(numbered, frozenset())) == [read for _, read in numbered]
@@ -55,14 +58,22 @@ def test_kept_documents_skips_numbers_and_whole_cut_documents():
 
 def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():
     keys = np.array([[5], [7], [5], [5], [7]], dtype=np.uint64)
-    places = np.array([place(2, 0), place(0, 3), place(0, 9), place(1, 0), place(3, 1)], dtype=np.int64)
+    places = np.array(
+        [place(2, 0), place(0, 3), place(0, 9), place(1, 0), place(3, 1)], dtype=np.int64
+    )
     locations = np.arange(100, 105)
     halves = [(places[:2], locations[:2], keys[:2]), (places[2:], locations[2:], keys[2:])]
     found = sorted(duplicates(EXACT, halves))
     assert found == sorted(duplicates(EXACT, halves[::-1]))
-    assert found == [(1, 0, EXACT, place(0, 9), 102), (2, 0, EXACT, place(0, 9), 102), (3, 1, EXACT, place(0, 3), 101)]
+    assert found == [
+        (1, 0, EXACT, place(0, 9), 102),
+        (2, 0, EXACT, place(0, 9), 102),
+        (3, 1, EXACT, place(0, 3), 101),
+    ]
     # The earliest keeper is named; on a tie, the exact match.
-    assert merge([(4, NEAR, 10, 1), (4, EXACT, 12, 2), (4, NEAR, 12, 2), (5, NEAR, 3, 0), (5, EXACT, 3, 0)]) == {
+    assert merge(
+        [(4, NEAR, 10, 1), (4, EXACT, 12, 2), (4, NEAR, 12, 2), (5, NEAR, 3, 0), (5, EXACT, 3, 0)]
+    ) == {
         4: (NEAR, 10, 1),
         5: (EXACT, 3, 0),
     }
@@ -70,7 +81,10 @@ def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():
 
 def _jaccard(a: str, b: str, n: int = 5) -> float:
     """The Jaccard similarity of two texts' sets of word `n`-grams."""
-    x, y = ({tuple(words[i : i + n]) for i in range(len(words) - n + 1)} for words in (a.split(), b.split()))
+    x, y = (
+        {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+        for words in (a.split(), b.split())
+    )
     return len(x & y) / len(x | y)
 
 
@@ -81,7 +95,9 @@ def test_minhash_agreement_estimates_jaccard():
     b = near_copy(a, 10, rng)
     jaccard = _jaccard(a, b)
     minhasher = MinHasher(5, 14, 8)
-    agreement = float(np.mean(minhasher.signature(word_hashes(a)) == minhasher.signature(word_hashes(b))))
+    agreement = float(
+        np.mean(minhasher.signature(word_hashes(a)) == minhasher.signature(word_hashes(b)))
+    )
     assert abs(agreement - jaccard) < 0.1, (agreement, jaccard)
 
 
@@ -101,9 +117,20 @@ def test_exact_duplicates_across_inputs_and_units_keep_the_first(tmp_path, encod
     assert manifest.num_units > 4
     assert manifest.removed == {EXACT: len(exact)}
     text_lines = _text_lines(docs[:cut])
-    where = lambda i: {"path": first, "line": text_lines[i]} if i < cut else {"path": second, "line": i - cut + 1}  # noqa: E731
-    with_id = lambda i: {**where(i), "id": i - cut} if i >= cut else where(i)  # noqa: E731
-    assert _removals(out) == [{"reason": EXACT, **with_id(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())]
+
+    def where(i: int) -> dict:
+        return (
+            {"path": first, "line": text_lines[i]}
+            if i < cut
+            else {"path": second, "line": i - cut + 1}
+        )
+
+    def with_id(i: int) -> dict:
+        return {**where(i), "id": i - cut} if i >= cut else where(i)
+
+    assert _removals(out) == [
+        {"reason": EXACT, **with_id(i), "duplicate_of": where(k)} for i, k in sorted(exact.items())
+    ]
     kept = [d for i, d in enumerate(docs) if i not in exact]
     assert sorted(decoded_documents(out, encoding)) == sorted(t.strip("\n") for t in kept)
     assert sum(s.documents for s in manifest.shards) == len(kept)
@@ -111,18 +138,33 @@ def test_exact_duplicates_across_inputs_and_units_keep_the_first(tmp_path, encod
 
 @pytest.mark.integration
 def test_a_cut_document_is_deduplicated_whole(tmp_path):
-    long = " ".join(f"word{i}" for i in range(400))  # over --max-document-bytes, under the JSONL line limit
+    long = " ".join(
+        f"word{i}" for i in range(400)
+    )  # over --max-document-bytes, under the JSONL line limit
     docs = ["short one", long, "short two", long, long[:-1]]
     out = str(tmp_path / "out")
-    manifest = run_prepare([write_jsonl(str(tmp_path / "a.jsonl"), docs)], out, "--dedup", "exact", "--max-document-bytes", "1024")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "a.jsonl"), docs)],
+        out,
+        "--dedup",
+        "exact",
+        "--max-document-bytes",
+        "1024",
+    )
     assert manifest.counts["cut_documents"] == 3
     assert manifest.removed == {EXACT: 1}
-    assert _removals(out)[0]["line"] == 4 and _removals(out)[0]["id"] == 3 and _removals(out)[0]["duplicate_of"]["line"] == 2
+    assert (
+        _removals(out)[0]["line"] == 4
+        and _removals(out)[0]["id"] == 3
+        and _removals(out)[0]["duplicate_of"]["line"] == 2
+    )
 
 
 @pytest.mark.integration
 def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
-    corpus = planted_corpus(300, words=400, exact_fraction=0.05, near_fraction=0.15, changes=3, seed=2)
+    corpus = planted_corpus(
+        300, words=400, exact_fraction=0.05, near_fraction=0.15, changes=3, seed=2
+    )
     path = write_jsonl(str(tmp_path / "a.jsonl"), corpus.documents)
     out = str(tmp_path / "out")
     manifest = run_prepare([path], out, "--dedup", "near", "--unit-bytes", "65536")
@@ -131,8 +173,13 @@ def test_near_duplicates_are_found_and_distinct_documents_kept(tmp_path):
     planted = {**corpus.exact, **corpus.near}
     assert set(removed) <= set(planted), "a distinct document was removed"
     assert all(removed[i]["duplicate_of"]["line"] - 1 == planted[i] for i in removed)
-    # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability (1-0.9^8)^14 < 4e-4.
-    similar = [i for i, k in corpus.near.items() if _jaccard(corpus.documents[i], corpus.documents[k]) >= 0.9]
+    # Above a 5-gram Jaccard similarity of 0.9 a pair is missed with probability
+    # (1-0.9^8)^14 < 4e-4.
+    similar = [
+        i
+        for i, k in corpus.near.items()
+        if _jaccard(corpus.documents[i], corpus.documents[k]) >= 0.9
+    ]
     assert len(similar) > 30 and set(similar) <= set(removed)
     assert manifest.removed == {EXACT: len(corpus.exact), NEAR: len(removed) - len(corpus.exact)}
     assert manifest.totals["train"].documents == len(corpus.documents) - len(removed)
@@ -149,23 +196,43 @@ def test_eval_text_inside_longer_documents_is_found(tmp_path):
     eval_parquet = write_parquet(str(tmp_path / "answers.parquet"), answers)
     eval_text = write_text(str(tmp_path / "passages.txt"), [passage])
     docs = [
-        filler(50) + " " + " ".join(questions[1].split()[2:15]).upper() + ", " + filler(50),  # 13 words, case changed
+        filler(50)
+        + " "
+        + " ".join(questions[1].split()[2:15]).upper()
+        + ", "
+        + filler(50),  # 13 words, case changed
         filler(40) + " " + answers[0] + " " + filler(10),
         filler(10) + " " + passage + " " + filler(10),
-        filler(50) + " " + " ".join(questions[0].split()[:12]) + " " + filler(50),  # 12 words: no match
+        filler(50)
+        + " "
+        + " ".join(questions[0].split()[:12])
+        + " "
+        + filler(50),  # 12 words: no match
         filler(80),
     ]
     out = str(tmp_path / "out")
     manifest = run_prepare(
-        [write_text(str(tmp_path / "corpus.txt"), docs)], out,
-        "--decontaminate", ",".join([eval_jsonl, eval_parquet, eval_text]),
+        [write_text(str(tmp_path / "corpus.txt"), docs)],
+        out,
+        "--decontaminate",
+        ",".join([eval_jsonl, eval_parquet, eval_text]),
     )
     assert manifest.removed == {"contaminated": 3}
-    assert [(e.path, e.removed) for e in manifest.eval_files] == [(eval_jsonl, 1), (eval_parquet, 1), (eval_text, 1)]
+    assert [(e.path, e.removed) for e in manifest.eval_files] == [
+        (eval_jsonl, 1),
+        (eval_parquet, 1),
+        (eval_text, 1),
+    ]
     assert all(len(e.sha256) == 64 for e in manifest.eval_files)
-    assert [(r["line"], r["eval_file"]) for r in _removals(out)] == [(1, eval_jsonl), (3, eval_parquet), (5, eval_text)]
+    assert [(r["line"], r["eval_file"]) for r in _removals(out)] == [
+        (1, eval_jsonl),
+        (3, eval_parquet),
+        (5, eval_text),
+    ]
     assert manifest.totals["train"].documents == 2
-    shown = subprocess.run([sys.executable, "-m", "pipeline", "inspect", out], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline", "inspect", out], cwd=REPO, capture_output=True, text=True
+    )
     assert "removed (see removals.jsonl): contaminated 3" in shown.stdout, shown.stderr
     assert f"decontaminated against {eval_parquet}" in shown.stdout
 
@@ -174,7 +241,12 @@ def test_a_missing_eval_file_is_one_line(tmp_path):
     from pipeline.prepare.launcher import PrepareError
 
     with pytest.raises(PrepareError, match="nowhere.jsonl"):
-        run_prepare([write_text(str(tmp_path / "a.txt"), ["x"])], str(tmp_path / "out"), "--decontaminate", str(tmp_path / "nowhere.jsonl"))
+        run_prepare(
+            [write_text(str(tmp_path / "a.txt"), ["x"])],
+            str(tmp_path / "out"),
+            "--decontaminate",
+            str(tmp_path / "nowhere.jsonl"),
+        )
 
 
 @pytest.mark.integration
@@ -188,9 +260,10 @@ def test_bad_input_in_the_cleaning_pass_is_one_line_or_a_recorded_skip(tmp_path)
     with pytest.raises(PrepareError, match="bad.jsonl.gz"):
         run_prepare([good, bad], str(tmp_path / "out"), "--dedup", "exact")
     # With --skip-bad-files the unit is skipped and recorded, as without cleaning.
-    manifest = run_prepare([good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files")
+    manifest = run_prepare(
+        [good, bad], str(tmp_path / "skipped"), "--dedup", "exact", "--skip-bad-files"
+    )
     assert manifest.skipped == {"unreadable_file": 1} and manifest.totals["train"].documents == 2
-
 
 
 def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
@@ -199,8 +272,16 @@ def _cleaning_corpus(tmp_path) -> tuple[list[str], list[str]]:
     eval_path = write_jsonl(str(tmp_path / "eval.jsonl"), [docs[7], docs[900]])
     a = write_text(str(tmp_path / "a.txt"), docs[:1000])
     b = write_jsonl(str(tmp_path / "b.jsonl"), docs[1000:])
-    return [a, b], ["--dedup", "near", "--decontaminate", eval_path, "--unit-bytes", "65536", "--validation-fraction", "0.1"]
-
+    return [a, b], [
+        "--dedup",
+        "near",
+        "--decontaminate",
+        eval_path,
+        "--unit-bytes",
+        "65536",
+        "--validation-fraction",
+        "0.1",
+    ]
 
 
 @pytest.mark.slow
@@ -208,9 +289,15 @@ def test_same_bytes_with_one_and_two_workers_and_on_a_rerun(tmp_path):
     inputs, args = _cleaning_corpus(tmp_path)
     one = str(tmp_path / "one")
     manifest = run_prepare(inputs, one, *args)
-    assert manifest.removed["contaminated"] >= 2 and manifest.removed[EXACT] > 0 and manifest.removed[NEAR] > 0
+    assert (
+        manifest.removed["contaminated"] >= 2
+        and manifest.removed[EXACT] > 0
+        and manifest.removed[NEAR] > 0
+    )
     two = str(tmp_path / "two")
-    run_prepare(inputs, two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    run_prepare(
+        inputs, two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+    )
     assert run_outputs(one) == run_outputs(two)
     run_prepare(inputs, str(tmp_path / "again"), *args)
     assert run_outputs(one) == run_outputs(str(tmp_path / "again"))
@@ -226,14 +313,23 @@ def test_sigkill_in_either_pass_then_resume(tmp_path, state_dir):
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, state_dir)
     in_pass = "cleaning" if state_dir == "fingerprints" else "units"
-    command = [*[a for p in inputs for a in ("--input", p)], *args, "--output", out, "--direct_num_workers=2",
-               "--direct_running_mode=multi_processing"]
+    command = [
+        *[a for p in inputs for a in ("--input", p)],
+        *args,
+        "--output",
+        out,
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ]
     kill_prepare_part_way(command, after=2, in_pass=in_pass)
-    total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
+    total = len(
+        json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
+    )
     done = files_in_place(watched)
     assert 0 < done <= 2 < total, "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
-    # The rerun takes up the killed pass where it stopped: the units done there are read back, not redone.
+    # The rerun takes up the killed pass where it stopped: the units done there are read back, not
+    # redone.
     assert units_started(command, in_pass=in_pass) == total - done
     assert run_outputs(out) == run_outputs(clean)
 
@@ -243,7 +339,9 @@ def test_documents_without_shingles_are_never_near_duplicates(tmp_path):
     # No word characters, or fewer words than a shingle: nothing to compare but their absence.
     fortunes = ["(╯‵□′)╯︵┻━┻", "%", "¯\\_(ツ)_/¯", "— —", "Hello world", "hello, WORLD!", "%"]
     out = str(tmp_path / "out")
-    manifest = run_prepare([write_jsonl(str(tmp_path / "f.jsonl"), fortunes)], out, "--dedup", "near")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "f.jsonl"), fortunes)], out, "--dedup", "near"
+    )
     assert manifest.removed == {EXACT: 1}
     assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(7, 2)]
 
@@ -252,10 +350,21 @@ def test_documents_without_shingles_are_never_near_duplicates(tmp_path):
 def test_near_duplicates_of_cut_documents_are_found(tmp_path):
     rng = random.Random(5)
     long = " ".join(f"w{rng.randrange(10**6)}" for _ in range(400))  # about 3 KB: cut at 1 KB
-    docs = [long, "a short one in between", near_copy(long, 3, rng), " ".join(f"x{i}" for i in range(500))]
+    docs = [
+        long,
+        "a short one in between",
+        near_copy(long, 3, rng),
+        " ".join(f"x{i}" for i in range(500)),
+    ]
     out = str(tmp_path / "out")
-    manifest = run_prepare([write_jsonl(str(tmp_path / "a.jsonl"), docs)], out, "--dedup", "near",
-                           "--max-document-bytes", "1024")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "a.jsonl"), docs)],
+        out,
+        "--dedup",
+        "near",
+        "--max-document-bytes",
+        "1024",
+    )
     assert manifest.counts["cut_documents"] == 3
     assert manifest.removed == {NEAR: 1}
     assert [(r["line"], r["duplicate_of"]["line"]) for r in _removals(out)] == [(3, 1)]
@@ -281,27 +390,54 @@ def test_near_dedup_parameters_are_the_users(tmp_path):
     assert run_prepare([corpus], str(tmp_path / "default"), "--dedup", "near").removed == {NEAR: 1}
     # One band of 1,024 rows: only documents agreeing in every hash collide.
     assert _found(similarity, 1, 1024) < 1e-6
-    strict = run_prepare([corpus], str(tmp_path / "strict"), "--dedup", "near", "--near-bands", "1", "--near-rows", "1024")
+    strict = run_prepare(
+        [corpus],
+        str(tmp_path / "strict"),
+        "--dedup",
+        "near",
+        "--near-bands",
+        "1",
+        "--near-rows",
+        "1024",
+    )
     assert strict.removed == {} and (strict.config.near_bands, strict.config.near_rows) == (1, 1024)
     # Two texts of four words in random orders share every 2-gram, and few 5-grams: 2-word
     # shingles make them the same set, whose hashes all agree.
     colours = random.Random(7)
-    a, b = (" ".join(colours.choice(["red", "green", "blue", "gold"]) for _ in range(300)) for _ in range(2))
+    a, b = (
+        " ".join(colours.choice(["red", "green", "blue", "gold"]) for _ in range(300))
+        for _ in range(2)
+    )
     assert _jaccard(a, b, 2) == 1 and _found(_jaccard(a, b, 5), 1, 16) < 1e-6
     pair = write_jsonl(str(tmp_path / "pair.jsonl"), [a, b])
     one_band = ("--dedup", "near", "--near-bands", "1", "--near-rows", "16")
-    assert run_prepare([pair], str(tmp_path / "two"), *one_band, "--near-ngram", "2").removed == {NEAR: 1}
+    assert run_prepare([pair], str(tmp_path / "two"), *one_band, "--near-ngram", "2").removed == {
+        NEAR: 1
+    }
     assert run_prepare([pair], str(tmp_path / "five"), *one_band).removed == {}
 
     from schemas.errors import SettingError
 
-    with pytest.raises(SettingError, match="near_bands times near_rows must be at most 1024 hashes"):
-        run_prepare([corpus], str(tmp_path / "big"), "--dedup", "near", "--near-bands", "64", "--near-rows", "32")
+    with pytest.raises(
+        SettingError, match="near_bands times near_rows must be at most 1024 hashes"
+    ):
+        run_prepare(
+            [corpus],
+            str(tmp_path / "big"),
+            "--dedup",
+            "near",
+            "--near-bands",
+            "64",
+            "--near-rows",
+            "32",
+        )
 
 
 @pytest.mark.integration
 def test_removals_are_located_as_rejects_are(tmp_path):
-    lines = [json.dumps({"text": f"document {i} " + "word " * 20, "id": f"doc-{i}"}) for i in range(10)]
+    lines = [
+        json.dumps({"text": f"document {i} " + "word " * 20, "id": f"doc-{i}"}) for i in range(10)
+    ]
     lines[2] = "{not json"
     lines[5] = lines[8] = lines[0]
     path = tmp_path / "c.jsonl"
@@ -313,10 +449,28 @@ def test_removals_are_located_as_rejects_are(tmp_path):
     with open(os.path.join(out, formats.REJECTS_NAME)) as f:
         assert [json.loads(line)["location"] for line in f] == ["line 3"]
     assert _removals(out) == [
-        {"reason": EXACT, "path": str(path), "line": 6, "id": "doc-0", "duplicate_of": {"path": str(path), "line": 1}},
-        {"reason": EXACT, "path": str(path), "line": 9, "id": "doc-0", "duplicate_of": {"path": str(path), "line": 1}},
+        {
+            "reason": EXACT,
+            "path": str(path),
+            "line": 6,
+            "id": "doc-0",
+            "duplicate_of": {"path": str(path), "line": 1},
+        },
+        {
+            "reason": EXACT,
+            "path": str(path),
+            "line": 9,
+            "id": "doc-0",
+            "duplicate_of": {"path": str(path), "line": 1},
+        },
     ] + [
-        {"reason": EXACT, "path": parquet, "row": i, "id": i, "duplicate_of": {"path": parquet, "row": i % 4}}
+        {
+            "reason": EXACT,
+            "path": parquet,
+            "row": i,
+            "id": i,
+            "duplicate_of": {"path": parquet, "row": i % 4},
+        }
         for i in range(4, 12)
     ]
 
@@ -325,11 +479,22 @@ def test_removals_are_located_as_rejects_are(tmp_path):
 def test_overwrite_removes_every_file_of_the_earlier_run(tmp_path):
     rng = random.Random(8)
     passage = " ".join(f"p{rng.randrange(10**6)}" for _ in range(20))
-    docs = ["same words here", "same words here", "other " + passage] + [f"page {i} " + passage for i in range(12)]
+    docs = ["same words here", "same words here", "other " + passage] + [
+        f"page {i} " + passage for i in range(12)
+    ]
     corpus = write_jsonl(str(tmp_path / "c.jsonl"), docs)
     out = str(tmp_path / "out")
-    run_prepare([corpus], out, "--dedup", "exact", "--decontaminate", write_jsonl(str(tmp_path / "e.jsonl"), [passage]))
+    run_prepare(
+        [corpus],
+        out,
+        "--dedup",
+        "exact",
+        "--decontaminate",
+        write_jsonl(str(tmp_path / "e.jsonl"), [passage]),
+    )
     assert os.path.exists(os.path.join(out, formats.REMOVALS_NAME))
     assert os.path.exists(os.path.join(out, formats.COMMON_NGRAMS_NAME))
     run_prepare([corpus], out, "--overwrite")
-    assert sorted(os.listdir(out)) == sorted([formats.MANIFEST_NAME, formats.REJECTS_NAME, formats.RUN_INFO_NAME, "train"])
+    assert sorted(os.listdir(out)) == sorted(
+        [formats.MANIFEST_NAME, formats.REJECTS_NAME, formats.RUN_INFO_NAME, "train"]
+    )

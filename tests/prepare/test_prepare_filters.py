@@ -18,10 +18,6 @@ from datatrove.pipeline.filters import (
     GopherRepetitionFilter,
 )
 from datatrove.pipeline.filters.base_filter import get_filter_result
-from support.corpora import write_jsonl
-from support.fault_runs import kill_prepare_part_way, units_started
-from support.runs import decoded_documents, files_in_place, run_outputs, run_prepare
-from support.web_text import held_out_documents, prose
 
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare.clean.quality_filters import (
@@ -32,6 +28,10 @@ from pipeline.prepare.clean.quality_filters import (
 )
 from schemas import formats
 from schemas.errors import UsageError
+from support.corpora import write_jsonl
+from support.fault_runs import kill_prepare_part_way, units_started
+from support.runs import decoded_documents, files_in_place, run_outputs, run_prepare
+from support.web_text import held_out_documents, prose
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -73,12 +73,18 @@ def _removals(output: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def _check_same_as_datatrove(names: list[str], docs: list[str], output: str, manifest, encoding) -> None:
+def _check_same_as_datatrove(
+    names: list[str], docs: list[str], output: str, manifest, encoding
+) -> None:
     run = datatrove_run(names, docs)
     removed = {r["id"]: r["reason"] for r in _removals(output)}
     assert removed == {i: why for i, (why, _) in run.items() if why is not None}
-    assert all(r["line"] == r["id"] + 1 and r["path"].endswith("web.jsonl") for r in _removals(output))
-    kept = [text for why, text in run.values() if why is None]  # as the filters leave them (C4 drops lines)
+    assert all(
+        r["line"] == r["id"] + 1 and r["path"].endswith("web.jsonl") for r in _removals(output)
+    )
+    kept = [
+        text for why, text in run.values() if why is None
+    ]  # as the filters leave them (C4 drops lines)
     # A cut document is stored as its pieces: every other kept document is stored whole.
     decoded = decoded_documents(output, encoding)
     whole = [d for d in kept if len(d.encode()) <= MAX_DOCUMENT_BYTES]
@@ -97,18 +103,34 @@ def _check_same_as_datatrove(names: list[str], docs: list[str], output: str, man
 def test_each_filter_keeps_what_datatrove_keeps(name, tmp_path, encoding):
     docs = held_out_documents()
     expected = datatrove_kept([name], docs)
-    assert 0 < sum(why is None for why in expected.values()) < len(docs), "the corpus must test the rule both ways"
+    assert 0 < sum(why is None for why in expected.values()) < len(docs), (
+        "the corpus must test the rule both ways"
+    )
     out = str(tmp_path / "out")
-    manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", name,
-                           "--max-document-bytes", str(MAX_DOCUMENT_BYTES), "--unit-bytes", "16384")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "web.jsonl"), docs)],
+        out,
+        "--filter",
+        name,
+        "--max-document-bytes",
+        str(MAX_DOCUMENT_BYTES),
+        "--unit-bytes",
+        "16384",
+    )
     assert manifest.counts["cut_documents"] > 0 and manifest.num_units > 2
     _check_same_as_datatrove([name], docs, out, manifest, encoding)
     if name == "c4":  # the documents it keeps lose lines, cut ones too
-        edited = [i for i, (why, text) in datatrove_run([name], docs).items() if why is None and text != docs[i]]
+        edited = [
+            i
+            for i, (why, text) in datatrove_run([name], docs).items()
+            if why is None and text != docs[i]
+        ]
         assert any(len(docs[i].encode()) > MAX_DOCUMENT_BYTES for i in edited) and len(edited) > 10
 
 
-def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_path, encoding, capsys):
+def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(
+    tmp_path, encoding, capsys
+):
     names = ["gopher-repetition", "c4", "gopher-quality", "fineweb"]
     originals = held_out_documents(seed=1)
     kept = originals[0]
@@ -122,7 +144,14 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
     assert expected[1] is None and expected[0] is not None and expected[n - 1] == expected[0]
     out = str(tmp_path / "out")
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
-    args = ["--filter", ",".join(names), "--dedup", "exact", "--max-document-bytes", str(MAX_DOCUMENT_BYTES)]
+    args = [
+        "--filter",
+        ",".join(names),
+        "--dedup",
+        "exact",
+        "--max-document-bytes",
+        str(MAX_DOCUMENT_BYTES),
+    ]
     manifest = run_prepare([path], out, *args)
     removed = {r["id"]: r for r in _removals(out)}
     assert {i: r["reason"] for i, r in removed.items() if r["reason"].startswith("filter:")} == {
@@ -130,7 +159,9 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
     }
     # A filtered document is never a duplicate's keeper, nor counted as a duplicate: the kept
     # document's copies are duplicates of it, the filtered ones are filtered.
-    duplicates = {i: r["duplicate_of"] for i, r in removed.items() if r["reason"] == "exact_duplicate"}
+    duplicates = {
+        i: r["duplicate_of"] for i, r in removed.items() if r["reason"] == "exact_duplicate"
+    }
     assert duplicates == {n - 3: {"path": path, "line": 2}, n - 2: {"path": path, "line": 2}}
     inspect_dataset.main([out])
     shown = capsys.readouterr().out
@@ -138,19 +169,47 @@ def test_filters_chain_in_order_before_dedup_and_parameters_are_the_users(tmp_pa
 
     # A parameter changes the rule as datatrove's keyword argument does.
     loose = str(tmp_path / "loose")
-    run_prepare([path], loose, "--filter", "gopher-quality", "--filter-param", "gopher-quality.min_doc_words=5",
-                "--filter-param", 'gopher-quality.stop_words=["the","of"]')
+    run_prepare(
+        [path],
+        loose,
+        "--filter",
+        "gopher-quality",
+        "--filter-param",
+        "gopher-quality.min_doc_words=5",
+        "--filter-param",
+        'gopher-quality.stop_words=["the","of"]',
+    )
     tuned = GopherQualityFilter(min_doc_words=5, stop_words=["the", "of"])
-    want = {i for i, d in enumerate(docs) if not get_filter_result(tuned.filter(Document(text=d, id="")))[0]}
-    assert {r["id"] for r in _removals(loose)} == want != {i for i, w in datatrove_kept(["gopher-quality"], docs).items() if w}
+    want = {
+        i
+        for i, d in enumerate(docs)
+        if not get_filter_result(tuned.filter(Document(text=d, id="")))[0]
+    }
+    assert (
+        {r["id"] for r in _removals(loose)}
+        == want
+        != {i for i, w in datatrove_kept(["gopher-quality"], docs).items() if w}
+    )
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):
     text = prose(random.Random(3), 60)[:6000]
-    docs = [text, text[:3000], " ".join(["word"] * 700)]  # cut at 2048 bytes; the first over the bound
+    docs = [
+        text,
+        text[:3000],
+        " ".join(["word"] * 700),
+    ]  # cut at 2048 bytes; the first over the bound
     out = str(tmp_path / "out")
-    manifest = run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "gopher-repetition",
-                           "--max-document-bytes", "2048", "--filter-max-document-bytes", "4096")
+    manifest = run_prepare(
+        [write_jsonl(str(tmp_path / "web.jsonl"), docs)],
+        out,
+        "--filter",
+        "gopher-repetition",
+        "--max-document-bytes",
+        "2048",
+        "--filter-max-document-bytes",
+        "4096",
+    )
     assert manifest.counts["cut_documents"] == 3
     removed = {r["id"]: r["reason"] for r in _removals(out)}
     expected = datatrove_kept(["gopher-repetition"], docs)
@@ -165,7 +224,9 @@ def test_dry_run_prints_counts_and_samples_and_the_real_run_goes_on_from_it(tmp_
     dry = str(tmp_path / "dry")
     assert run_prepare([path], dry, *args, "--filter-dry-run") is None
     report = capsys.readouterr().out
-    assert not os.path.exists(os.path.join(dry, "train")) and not os.path.exists(os.path.join(dry, formats.MANIFEST_NAME))
+    assert not os.path.exists(os.path.join(dry, "train")) and not os.path.exists(
+        os.path.join(dry, formats.MANIFEST_NAME)
+    )
     expected = datatrove_kept(["gopher-quality", "c4"], docs)
     counts: dict[str, int] = {}
     for why in expected.values():
@@ -192,7 +253,10 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
         parse_parameter("c4=1")
     for args, message in [
         (["--filter", "gopher"], r"filters must each be one of .*got filters=\['gopher'\]"),
-        (["--filter", "c4", "--filter-param", "c4.min_words=2"], r"c4 has no parameters \['min_words'\]"),
+        (
+            ["--filter", "c4", "--filter-param", "c4.min_words=2"],
+            r"c4 has no parameters \['min_words'\]",
+        ),
         (["--filter", "c4", "--filter-param", "fineweb.line_punct_thr=0.2"], "not in --filter c4"),
         (["--filter", "c4,c4"], "named twice"),
     ]:
@@ -201,26 +265,58 @@ def test_filter_parameters_are_checked_before_anything_runs(tmp_path):
     assert not os.path.exists(out)
     # A JSON list is a tuple where the class declares one.
     docs = held_out_documents(count=60)
-    run_prepare([write_jsonl(str(tmp_path / "web.jsonl"), docs)], out, "--filter", "fineweb",
-                "--filter-param", 'fineweb.stop_chars=["!"]')
+    run_prepare(
+        [write_jsonl(str(tmp_path / "web.jsonl"), docs)],
+        out,
+        "--filter",
+        "fineweb",
+        "--filter-param",
+        'fineweb.stop_chars=["!"]',
+    )
     rule = FineWebQualityFilter(stop_chars=("!",))
-    want = {i for i, d in enumerate(docs) if not get_filter_result(rule.filter(Document(text=d, id="")))[0]}
-    assert {r["id"] for r in _removals(out)} == want != {i for i, w in datatrove_kept(["fineweb"], docs).items() if w}
+    want = {
+        i
+        for i, d in enumerate(docs)
+        if not get_filter_result(rule.filter(Document(text=d, id="")))[0]
+    }
+    assert (
+        {r["id"] for r in _removals(out)}
+        == want
+        != {i for i, w in datatrove_kept(["fineweb"], docs).items() if w}
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_while_filtering_then_resume(tmp_path):
     docs = held_out_documents(seed=4) * 3
     path = write_jsonl(str(tmp_path / "web.jsonl"), docs)
-    args = ["--filter", "gopher-quality,gopher-repetition,c4,fineweb", "--dedup", "exact", "--unit-bytes", "8192",
-            "--validation-fraction", "0.1"]
+    args = [
+        "--filter",
+        "gopher-quality,gopher-repetition,c4,fineweb",
+        "--dedup",
+        "exact",
+        "--unit-bytes",
+        "8192",
+        "--validation-fraction",
+        "0.1",
+    ]
     clean = str(tmp_path / "clean")
     run_prepare([path], clean, *args)
     out = str(tmp_path / "killed")
     watched = os.path.join(out, formats.STATE_DIR, "fingerprints")
-    command = ["--input", path, *args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    command = [
+        "--input",
+        path,
+        *args,
+        "--output",
+        out,
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ]
     kill_prepare_part_way(command, after=2, in_pass="cleaning")
-    total = len(json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"])
+    total = len(
+        json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
+    )
     done = files_in_place(watched)
     assert 0 < done <= 2 < total, "the kill lands part-way"
     # The rerun filters only the units not done: the others' filter results are read back.

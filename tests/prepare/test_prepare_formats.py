@@ -7,11 +7,11 @@ import os
 
 import datasets
 import pytest
-from support.corpora import sample_documents, write_jsonl, write_parquet, write_text
-from support.runs import decoded_documents, read_split, run_prepare
 
 from pipeline.prepare.planning import make_plan
 from schemas.prepare_config import PrepareConfig
+from support.corpora import sample_documents, write_jsonl, write_parquet, write_text
+from support.runs import decoded_documents, read_split, run_prepare
 
 DOCS = sample_documents(300)
 
@@ -33,10 +33,14 @@ def _expected_tokens(encoding, docs):
 )
 def test_conservation_per_format(tmp_path, encoding, name, writer):
     path = writer(str(tmp_path / name), DOCS)
-    manifest = run_prepare([path], str(tmp_path / "out"), "--unit-bytes", "4096", "--record-tokens", "256")
+    manifest = run_prepare(
+        [path], str(tmp_path / "out"), "--unit-bytes", "4096", "--record-tokens", "256"
+    )
     assert manifest.totals["train"].tokens == _expected_tokens(encoding, DOCS)
     assert manifest.totals["train"].documents == len(DOCS)
-    assert collections.Counter(decoded_documents(str(tmp_path / "out"), encoding)) == collections.Counter(DOCS)
+    assert collections.Counter(
+        decoded_documents(str(tmp_path / "out"), encoding)
+    ) == collections.Counter(DOCS)
     if not name.endswith((".gz", ".zst")):
         assert manifest.num_units > 1, "small units should cut this input into several"
 
@@ -48,7 +52,9 @@ def test_conservation_huggingface_saved_and_data_files(tmp_path, encoding):
     manifest = run_prepare([saved], str(tmp_path / "out1"), "--unit-bytes", "4096")
     assert manifest.inputs[0].format == "arrow"
     assert manifest.num_units > 1
-    assert collections.Counter(decoded_documents(str(tmp_path / "out1"), encoding)) == collections.Counter(DOCS)
+    assert collections.Counter(
+        decoded_documents(str(tmp_path / "out1"), encoding)
+    ) == collections.Counter(DOCS)
 
     # Data files loaded through `datasets.load_dataset`, as a hub id would be.
     data_dir = tmp_path / "hub_like"
@@ -79,7 +85,9 @@ def test_several_inputs_and_globs_mix_formats(tmp_path, encoding):
     manifest = run_prepare([str(tmp_path / "*.txt"), c], str(tmp_path / "out"))
     assert [os.path.basename(i.path) for i in manifest.inputs] == ["a.txt", "b.txt", "c.parquet"]
     assert manifest.inputs[0].path == a
-    assert collections.Counter(decoded_documents(str(tmp_path / "out"), encoding)) == collections.Counter(DOCS)
+    assert collections.Counter(
+        decoded_documents(str(tmp_path / "out"), encoding)
+    ) == collections.Counter(DOCS)
 
 
 @pytest.mark.integration
@@ -95,7 +103,9 @@ def test_validation_split_is_stable_and_complete(tmp_path, encoding):
     # The split depends on the document's content: a corpus in another order splits the same.
     path2 = write_jsonl(str(tmp_path / "r.jsonl"), DOCS[::-1])
     run_prepare([path2], str(tmp_path / "out2"), "--validation-fraction", "0.2")
-    assert collections.Counter(decoded_documents(str(tmp_path / "out2"), encoding, "validation")) == collections.Counter(validation)
+    assert collections.Counter(
+        decoded_documents(str(tmp_path / "out2"), encoding, "validation")
+    ) == collections.Counter(validation)
 
 
 @pytest.mark.integration

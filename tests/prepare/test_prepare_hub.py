@@ -13,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from support.corpora import sample_documents, write_parquet
-from support.runs import REPO, decoded_documents, run_prepare
 
 from schemas import formats
+from support.corpora import sample_documents, write_parquet
+from support.runs import REPO, decoded_documents, run_prepare
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -25,8 +25,12 @@ DOCS = sample_documents(400, seed=7)
 
 def _repo(root, docs: list[str]) -> str:
     (root / "data").mkdir(parents=True)
-    write_parquet(str(root / "data" / "train-00000-of-00002.parquet"), docs[:250], row_group_size=40)
-    write_parquet(str(root / "data" / "train-00001-of-00002.parquet"), docs[250:], row_group_size=40)
+    write_parquet(
+        str(root / "data" / "train-00000-of-00002.parquet"), docs[:250], row_group_size=40
+    )
+    write_parquet(
+        str(root / "data" / "train-00001-of-00002.parquet"), docs[250:], row_group_size=40
+    )
     write_parquet(str(root / "data" / "validation-00000-of-00001.parquet"), ["held out"] * 5)
     return str(root)
 
@@ -35,8 +39,13 @@ def test_a_hub_dataset_is_read_pinned_by_worker_processes(hub, tmp_path, encodin
     sha = hub.commit("org/stories", _repo(tmp_path / "v1", DOCS))
     out = str(tmp_path / "out")
     args = ["--format", "hf", "--input", "org/stories", "--output", out, "--unit-bytes", "4096"]
-    result = subprocess.run([sys.executable, "-m", "pipeline", "prepare", *args], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "prepare", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     manifest = json.loads(open(os.path.join(out, formats.MANIFEST_NAME)).read())
     assert manifest["hub_revisions"] == {"org/stories": sha}

@@ -7,8 +7,6 @@ import json
 import os
 
 import pytest
-from support.corpora import sample_documents, write_text
-from support.runs import IN_PROCESS, run_prepare, tree_bytes
 
 from pipeline.dataset.verify import main as verify_main
 from pipeline.prepare import launcher
@@ -16,6 +14,8 @@ from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.planning import make_plan
 from pipeline.prepare.write.output_dir import prepare_output_dir
 from schemas import formats
+from support.corpora import sample_documents, write_text
+from support.runs import IN_PROCESS, run_prepare, tree_bytes
 
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
@@ -24,7 +24,9 @@ ARGS = ["--unit-bytes", "4096"]
 
 def interrupted_before_manifest(corpus: str, out: str) -> None:
     """Every unit run and recorded, then the launcher gone before it wrote the manifest."""
-    args, pipeline_args = launcher.parse_args(["--input", corpus, "--output", out, *ARGS, *IN_PROCESS])
+    args, pipeline_args = launcher.parse_args(
+        ["--input", corpus, "--output", out, *ARGS, *IN_PROCESS]
+    )
     plan = make_plan(args.input, launcher._config(args))
     prepare_output_dir(out, plan, overwrite=False)
     launcher._run_pending(plan, out, pipeline_args, verbose=False)
@@ -33,7 +35,10 @@ def interrupted_before_manifest(corpus: str, out: str) -> None:
 
 def _records(out: str) -> dict[str, dict]:
     units = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    return {name: json.loads(open(os.path.join(units, name)).read()) for name in sorted(os.listdir(units))}
+    return {
+        name: json.loads(open(os.path.join(units, name)).read())
+        for name in sorted(os.listdir(units))
+    }
 
 
 @pytest.fixture
@@ -80,7 +85,9 @@ def test_other_package_versions_are_refused_before_any_work(corpus, tmp_path):
     units = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
     records = _records(out)
     first, second = list(records)[:2]
-    old = dict(records[first], package_versions={**records[first]["package_versions"], "tiktoken": "0.1.0"})
+    old = dict(
+        records[first], package_versions={**records[first]["package_versions"], "tiktoken": "0.1.0"}
+    )
     with open(os.path.join(units, first), "w") as f:
         f.write(json.dumps(old))
     os.remove(os.path.join(units, second))  # one unit left to run: it must not run
@@ -89,7 +96,9 @@ def test_other_package_versions_are_refused_before_any_work(corpus, tmp_path):
         run_prepare([corpus], out, *ARGS)
     message = str(error.value)
     assert "tiktoken 0.1.0" in message and "--overwrite" in message and "\n" not in message
-    assert not os.path.exists(os.path.join(units, second)), "no unit may run in a changed environment"
+    assert not os.path.exists(os.path.join(units, second)), (
+        "no unit may run in a changed environment"
+    )
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
 
 

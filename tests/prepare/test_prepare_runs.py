@@ -9,6 +9,10 @@ import sys
 
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader
+
+from pipeline.corpus import write_corpus
+from pipeline.prepare.launcher import PrepareError
+from schemas import formats
 from support.fault_runs import fault_env, kill_prepare_part_way
 from support.runs import (
     REPO,
@@ -18,12 +22,6 @@ from support.runs import (
     run_prepare,
     tree_bytes,
 )
-
-from pipeline.corpus import write_corpus
-from pipeline.prepare.launcher import PrepareError
-from schemas import formats
-
-
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +36,11 @@ def test_same_output_in_process_and_with_two_worker_processes(stories, tmp_path)
     common = ["--unit-bytes", "65536", "--validation-fraction", "0.1"]
     run_prepare([stories], str(tmp_path / "a"), *common)
     run_prepare(
-        [stories], str(tmp_path / "b"), *common, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+        [stories],
+        str(tmp_path / "b"),
+        *common,
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
     )
     a, b = run_outputs(str(tmp_path / "a")), run_outputs(str(tmp_path / "b"))
     assert sorted(a) == sorted(b)
@@ -66,7 +68,10 @@ def test_rerun_of_complete_output_does_nothing_and_mismatch_is_refused(stories, 
     with pytest.raises(PrepareError, match=r"different config \(record_tokens\).*--overwrite"):
         run_prepare([stories], out, "--record-tokens", "1024")
     run_prepare([stories], out, "--record-tokens", "1024", "--overwrite")
-    assert json.loads(open(os.path.join(out, formats.MANIFEST_NAME)).read())["config"]["record_tokens"] == 1024
+    assert (
+        json.loads(open(os.path.join(out, formats.MANIFEST_NAME)).read())["config"]["record_tokens"]
+        == 1024
+    )
 
 
 @pytest.mark.integration
@@ -89,13 +94,19 @@ def test_non_empty_foreign_directory_is_refused(tmp_path, stories):
 
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True, **kwargs
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        **kwargs,
     )
 
 
 @pytest.mark.integration
 def test_expected_failures_are_one_line(tmp_path):
-    result = _cli("prepare", "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o"))
+    result = _cli(
+        "prepare", "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("prepare: error: no input matches")
     assert "Traceback" not in result.stderr
@@ -145,15 +156,27 @@ def test_sigkill_then_resume_redoes_only_unfinished_units(tmp_path):
 
     out = str(tmp_path / "killed")
     units_dir = os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR)
-    kill_prepare_part_way([*args, "--output", out, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-                          after=3)
+    kill_prepare_part_way(
+        [
+            *args,
+            "--output",
+            out,
+            "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing",
+        ],
+        after=3,
+    )
     done = files_in_place(units_dir)
-    total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
+    total = json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())[
+        "units"
+    ]
     assert 0 < done <= 3 < len(total), "the kill lands part-way"
     assert not os.path.exists(os.path.join(out, formats.MANIFEST_NAME))
     # Whatever is visible under a shard name is a complete ArrayRecord file.
     for split in formats.SPLITS:
-        for name in os.listdir(os.path.join(out, split)) if os.path.isdir(os.path.join(out, split)) else []:
+        for name in (
+            os.listdir(os.path.join(out, split)) if os.path.isdir(os.path.join(out, split)) else []
+        ):
             if not name.startswith("."):
                 ArrayRecordReader(os.path.join(out, split, name)).close()
 
@@ -173,7 +196,9 @@ def test_local_runner_options():
     assert local.view_as(DirectOptions).direct_num_workers == os.cpu_count()
     assert local.view_as(DirectOptions).direct_running_mode == "multi_processing"
     assert local.view_as(WorkerOptions).default_sdk_harness_log_level == "WARNING"
-    assert pipeline_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
+    assert (
+        pipeline_options(["--direct_num_workers=1"]).view_as(DirectOptions).direct_num_workers == 1
+    )
 
 
 # A pipeline on Beam's own DirectRunner, unpinned, in a spawned process.
@@ -193,19 +218,30 @@ if __name__ == "__main__":
 """
 
 # The launcher of a process that has run JAX: the watched job then starts in a fresh interpreter.
-_AFTER_JAX = "import sys, jax; jax.numpy.zeros(1).block_until_ready(); from pipeline.prepare import launcher; launcher.run(sys.argv[1:])"
+_AFTER_JAX = (
+    "import sys, jax; jax.numpy.zeros(1).block_until_ready(); "
+    "from pipeline.prepare import launcher; launcher.run(sys.argv[1:])"
+)
 
 
 @pytest.fixture(scope="module")
 def prism_stand_in(tmp_path_factory) -> None:
-    """Checks that the stand-in for Prism (tests/support/faults/prism.py) reaches a spawned process, and
-    that Beam's DirectRunner tries Prism first: the test below means nothing otherwise."""
+    """Checks that the stand-in for Prism (tests/support/faults/prism.py) reaches a spawned process,
+    and that Beam's DirectRunner tries Prism first: the test below means nothing otherwise."""
     root = tmp_path_factory.mktemp("prism")
     (root / "unpinned.py").write_text(_UNPINNED_IN_A_SPAWNED_CHILD)
-    control = subprocess.run([sys.executable, str(root / "unpinned.py")], cwd=REPO, capture_output=True, text=True,
-                             env=fault_env(PRISM_STATE_DIR=str(root)), timeout=300)
+    control = subprocess.run(
+        [sys.executable, str(root / "unpinned.py")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=fault_env(PRISM_STATE_DIR=str(root)),
+        timeout=300,
+    )
     assert control.returncode == 0, control.stderr
-    assert (root / "tried").exists(), "the stand-in does not reach a spawned process, or Beam no longer tries Prism"
+    assert (root / "tried").exists(), (
+        "the stand-in does not reach a spawned process, or Beam no longer tries Prism"
+    )
 
 
 @pytest.mark.integration
@@ -221,11 +257,22 @@ def test_the_local_runner_is_pinned_and_never_fetches_prism(prism_stand_in, tmp_
     write_corpus(corpus, 50, seed=0)
     args = ["--input", corpus, "--output", str(tmp_path / "out"), "--runner=DirectRunner"]
     launch = ["-m", "pipeline", "prepare"] if job_start == "fork" else ["-c", _AFTER_JAX]
-    result = subprocess.run([sys.executable, *launch, *args], cwd=REPO, env=fault_env(PRISM_STATE_DIR=str(state)),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, *launch, *args],
+        cwd=REPO,
+        env=fault_env(PRISM_STATE_DIR=str(state)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     if job_start == "spawn":
         interpreters = [name for name in os.listdir(state) if name.startswith("interpreter-")]
         assert len(interpreters) >= 2, "the job was not started in a fresh interpreter"
-    assert json.loads((tmp_path / "out" / formats.MANIFEST_NAME).read_text())["totals"]["train"]["documents"] == 50
+    assert (
+        json.loads((tmp_path / "out" / formats.MANIFEST_NAME).read_text())["totals"]["train"][
+            "documents"
+        ]
+        == 50
+    )
     assert not (state / "tried").exists(), "the run tried Prism"

@@ -17,7 +17,9 @@ class Clock:
 
 def test_a_log_gets_a_line_per_half_minute_or_tenth_of_the_units():
     clock, stream, state = Clock(), io.StringIO(), {"done": 0}
-    progress = Progress(lambda: (state["done"], 1000 * state["done"]), 100, stream=stream, clock=clock)
+    progress = Progress(
+        lambda: (state["done"], 1000 * state["done"]), 100, stream=stream, clock=clock
+    )
     # An hour at one unit a minute, ticked every second: 120 half-minutes, 10 tenths.
     for second in range(3600):
         clock.now = float(second)
@@ -27,7 +29,8 @@ def test_a_log_gets_a_line_per_half_minute_or_tenth_of_the_units():
     lines = stream.getvalue().splitlines()
     assert 120 <= len(lines) <= 131, len(lines)
     assert lines[-1].startswith("units 59/100")
-    # Work that moves fast logs by tenths: 100 units in 10 seconds give about 10 lines, not 10 per second.
+    # Work that moves fast logs by tenths: 100 units in 10 seconds give about 10 lines, not 10 per
+    # second.
     clock, stream, state = Clock(), io.StringIO(), {"done": 0}
     progress = Progress(lambda: (state["done"], 0), 100, stream=stream, clock=clock, interval=0.1)
     for tenth in range(100):

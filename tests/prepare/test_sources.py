@@ -1,5 +1,5 @@
-"""The readers on their own: every document read by exactly one unit, whatever the unit size, and long
-documents cut into bounded pieces that join back into the document."""
+"""The readers on their own: every document read by exactly one unit, whatever the unit size, and
+long documents cut into bounded pieces that join back into the document."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import os
 import random
 
 import pytest
-from support.corpora import write_parquet
-from support.reading import config, read_all
 
 from pipeline.dataset.storage import FileInfo
 from pipeline.prepare.read import SOURCES
@@ -23,9 +21,21 @@ from pipeline.prepare.read.columnar import row_ranges
 from pipeline.prepare.read.documents import DocumentPiece, Tally
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import PrepareConfig
+from support.corpora import write_parquet
+from support.reading import config, read_all
 
 SEP = "<|endoftext|>"
-LINES = ["Once upon a time.", SEP, f"  {SEP}  ", f"{SEP}\r", f"a {SEP} inside", "", "The end é.", "x" * 50, " "]
+LINES = [
+    "Once upon a time.",
+    SEP,
+    f"  {SEP}  ",
+    f"{SEP}\r",
+    f"a {SEP} inside",
+    "",
+    "The end é.",
+    "x" * 50,
+    " ",
+]
 
 
 def whole_file_documents(data: bytes) -> tuple[list[str], int]:
@@ -42,7 +52,11 @@ def test_text_units_own_each_document_once(tmp_path, seed):
     path = str(tmp_path / "x.txt")
     for _ in range(150):
         data = "\n".join(rng.choice(LINES) for _ in range(rng.randint(0, 40))).encode()
-        data = (b"\xef\xbb\xbf" if rng.random() < 0.2 else b"") + data + (b"\n" if rng.random() < 0.5 else b"")
+        data = (
+            (b"\xef\xbb\xbf" if rng.random() < 0.2 else b"")
+            + data
+            + (b"\n" if rng.random() < 0.5 else b"")
+        )
         with open(path, "wb") as f:
             f.write(data)
         documents, tally, _ = read_all(path, "text", config(rng.randint(1, 60)))
@@ -52,14 +66,19 @@ def test_text_units_own_each_document_once(tmp_path, seed):
 
 
 def _words(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(["alpha", "beta", "γάμμα", "delta\n", "x" * rng.randint(1, 30)]) for _ in range(n))
+    return " ".join(
+        rng.choice(["alpha", "beta", "γάμμα", "delta\n", "x" * rng.randint(1, 30)])
+        for _ in range(n)
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_long_documents_are_cut_into_bounded_pieces_that_join_back(tmp_path, seed):
     rng = random.Random(seed)
     for _ in range(20):
-        docs = [_words(rng, rng.choice([3, 50, 400, 900])).strip() for _ in range(rng.randint(1, 12))]
+        docs = [
+            _words(rng, rng.choice([3, 50, 400, 900])).strip() for _ in range(rng.randint(1, 12))
+        ]
         cfg = config(rng.randint(50, 3000), max_document_bytes=1024)
         text = str(tmp_path / "l.txt")
         with open(text, "wb") as f:
@@ -82,9 +101,13 @@ def test_a_separator_free_file_is_one_document_in_pieces(tmp_path):
     text = " ".join(f"word{i}" for i in range(200_000))
     with open(path, "w") as f:
         f.write(text)
-    documents, tally, digests = read_all(path, "text", config(64 * 1024, max_document_bytes=16 * 1024))
+    documents, tally, digests = read_all(
+        path, "text", config(64 * 1024, max_document_bytes=16 * 1024)
+    )
     assert documents == [text]
-    assert tally.counts["cut_documents"] == 1 and tally.counts["document_pieces"] > len(text) // (16 * 1024)
+    assert tally.counts["cut_documents"] == 1 and tally.counts["document_pieces"] > len(text) // (
+        16 * 1024
+    )
     assert len(digests) > 20, "the other units own no document but hash their range"
 
 
@@ -96,7 +119,9 @@ def test_unit_digests_cover_the_file_exactly(tmp_path):
         f.writelines(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(500))
     _, _, digests = read_all(path, "jsonl", config(997))
     data = open(path, "rb").read()
-    assert digests == [hashlib.sha256(data[a : a + 997]).hexdigest() for a in range(0, len(data), 997)]
+    assert digests == [
+        hashlib.sha256(data[a : a + 997]).hexdigest() for a in range(0, len(data), 997)
+    ]
 
 
 @pytest.mark.integration
@@ -113,7 +138,14 @@ def test_jsonl_lines_are_each_read_once(tmp_path):
 
 def test_row_ranges_join_small_groups_and_split_large_ones():
     assert row_ranges([(10, 100), (10, 100), (10, 100)], 250) == [(0, 20), (20, 30)]
-    assert row_ranges([(10, 100), (100, 1000), (5, 10)], 300) == [(0, 10), (10, 35), (35, 60), (60, 85), (85, 110), (110, 115)]
+    assert row_ranges([(10, 100), (100, 1000), (5, 10)], 300) == [
+        (0, 10),
+        (10, 35),
+        (35, 60),
+        (60, 85),
+        (85, 110),
+        (110, 115),
+    ]
     assert row_ranges([], 100) == []
     for groups in itertools.product([(7, 50), (30, 900), (1, 5)], repeat=3):
         ranges = row_ranges(list(groups), 200)
@@ -141,7 +173,9 @@ def test_parquet_units_are_sized_from_the_text_column_after_a_struct_column(tmp_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    texts = [f"{i:04d} " + "w" * 995 for i in range(1280)]  # 1.28 MB of text in one row group: 20 units of 64 KB
+    texts = [
+        f"{i:04d} " + "w" * 995 for i in range(1280)
+    ]  # 1.28 MB of text in one row group: 20 units of 64 KB
     meta = [{"a": i, "b": "tiny"} for i in range(len(texts))]
     path = str(tmp_path / "s.parquet")
     pq.write_table(pa.table({"meta": meta, "text": texts}), path, row_group_size=len(texts))
@@ -158,7 +192,9 @@ def test_a_cut_document_never_ends_in_an_empty_piece(tmp_path):
     cfg = config(4096, max_document_bytes=1024)
     tally, pieces = Tally(), []
     size = os.path.getsize(path)
-    for read in SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, 10, size, "v"), cfg, tally, ContentDigest()):
+    for read in SOURCES["text"].read(
+        WorkUnit(0, 0, str(path), "text", 0, 10, size, "v"), cfg, tally, ContentDigest()
+    ):
         pieces += [read.text] if isinstance(read, DocumentPiece) else []
     assert all(p.strip() for p in pieces), pieces
     assert tally.counts["document_pieces"] == len(pieces)
@@ -190,7 +226,9 @@ def _pieces(path: str, fmt: str, config: PrepareConfig) -> tuple[list[list[str]]
     size = os.path.getsize(path)
     cut, tally = [], Tally()
     for i, (start, end) in enumerate(SOURCES[fmt].plan(path, FileInfo(size, "v"), config)):
-        for read in SOURCES[fmt].read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, ContentDigest()):
+        for read in SOURCES[fmt].read(
+            WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, ContentDigest()
+        ):
             if isinstance(read, DocumentPiece):
                 cut += [[]] if read.first else []
                 cut[-1].append(read.text)
@@ -199,7 +237,10 @@ def _pieces(path: str, fmt: str, config: PrepareConfig) -> tuple[list[list[str]]
 
 def test_a_long_document_is_cut_the_same_way_whatever_the_unit_size_or_format(tmp_path):
     rng = random.Random(4)
-    docs = [" ".join(f"w{rng.randrange(10**5)}" for _ in range(rng.randint(150, 500))) for _ in range(20)]
+    docs = [
+        " ".join(f"w{rng.randrange(10**5)}" for _ in range(rng.randint(150, 500)))
+        for _ in range(20)
+    ]
     docs += ["short"] * 3
     rng.shuffle(docs)
     text = write_text_file(tmp_path / "long.txt", docs)
@@ -220,21 +261,40 @@ def write_text_file(path, docs: list[str]) -> str:
 
 def test_documents_carry_the_line_or_row_they_start_on(tmp_path):
     path = tmp_path / "t.txt"
-    path.write_text(f"first\nstill first\n{SEP}\n\nsecond\n  {SEP}\r\nthird\n{SEP}\n{SEP}\nfourth\n")
-    reads = list(SOURCES["text"].read(WorkUnit(0, 0, str(path), "text", 0, path.stat().st_size, path.stat().st_size, "v"),
-                                      config(4096), Tally(), ContentDigest(), located=True))
+    path.write_text(
+        f"first\nstill first\n{SEP}\n\nsecond\n  {SEP}\r\nthird\n{SEP}\n{SEP}\nfourth\n"
+    )
+    reads = list(
+        SOURCES["text"].read(
+            WorkUnit(0, 0, str(path), "text", 0, path.stat().st_size, path.stat().st_size, "v"),
+            config(4096),
+            Tally(),
+            ContentDigest(),
+            located=True,
+        )
+    )
     located = [(t, line) for read in reads for t, line in zip(read.texts, read.locations)]
     # Lines from 0, counted as rejects count them: the line after each separator line.
     assert located == [("first\nstill first", 0), ("second", 3), ("third", 6), ("fourth", 9)]
 
 
-@pytest.mark.parametrize("data", [
-    "a\nSEP\n\nSEP\nb\n", "SEP\na\nSEP\nSEP\n b \n  SEP\r\nc\nSEP", "\nSEP\nx\n", "a SEP b\n", "SEP", "x\nSEP\n\n\nSEP\n",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        "a\nSEP\n\nSEP\nb\n",
+        "SEP\na\nSEP\nSEP\n b \n  SEP\r\nc\nSEP",
+        "\nSEP\nx\n",
+        "a SEP b\n",
+        "SEP",
+        "x\nSEP\n\n\nSEP\n",
+    ],
+)
 def test_lines_between_pieces_add_up_to_the_data(data):
     from pipeline.prepare.read.base import separated
 
     for form in (data, data.encode()):
         pieces, between = separated(form, "SEP")
         assert len(between) == len(pieces) - 1
-        assert sum(p.count("\n" if isinstance(form, str) else b"\n") for p in pieces) + sum(between) == data.count("\n")
+        assert sum(p.count("\n" if isinstance(form, str) else b"\n") for p in pieces) + sum(
+            between
+        ) == data.count("\n")

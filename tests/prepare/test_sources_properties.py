@@ -22,20 +22,28 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from support.runs import decoded_documents, run_prepare
-from support.reading import config, read_all
 
 from pipeline.prepare.launcher import PrepareError
 from pipeline.prepare.read.base import BOM, separator_regex
 from pipeline.prepare.read.documents import EMPTY, LINE_TOO_LONG, MISSING_TEXT
 from pipeline.tokenization.tiktoken_backend import load_encoding
+from support.reading import config, read_all
+from support.runs import decoded_documents, run_prepare
 
 FAST, LONG = "fast", "long"
 settings.register_profile(
-    FAST, max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    FAST,
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
-    LONG, max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    LONG,
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 PROFILES = [FAST, pytest.param(LONG, marks=pytest.mark.slow)]
 
@@ -44,12 +52,23 @@ SEPARATORS = ["<|endoftext|>", "----", "  ===", "\t§§"]
 _CHARACTERS = st.characters(codec="utf-8", exclude_characters="\n\r")
 _PLAIN_LINES = st.one_of(
     st.text(_CHARACTERS, max_size=30),
-    st.sampled_from(["", "   ", "\t \t", "héllo wörld", "日本語のテキスト", "emoji 🙂 here", "\ufeffmid-text mark"]),
+    st.sampled_from(
+        [
+            "",
+            "   ",
+            "\t \t",
+            "héllo wörld",
+            "日本語のテキスト",
+            "emoji 🙂 here",
+            "\ufeffmid-text mark",
+        ]
+    ),
 )
 
 
 def _long_document(draw) -> str:
-    """Over the cut bound: words (cut at whitespace) or one unbroken run (cut between characters)."""
+    """Over the cut bound: words (cut at whitespace) or one unbroken run (cut between
+    characters)."""
     if draw(st.booleans()):
         return " ".join(f"w{i}é" for i in range(draw(st.integers(300, 600))))
     return draw(st.sampled_from(["é", "日", "x", "🙂"])) * draw(st.integers(700, 1500))
@@ -93,8 +112,12 @@ def test_text(profile):
         bom = data.draw(st.booleans())
         raw = (BOM if bom else b"") + body.encode("utf-8")
         if docs and not bom and docs[0].startswith("\ufeff"):
-            docs[0] = docs[0][1:]  # a mark that starts the file is its byte-order mark, whoever put it there
-        expected = [d.strip() for d in docs if d.strip()] + ([trailing.strip()] if trailing.strip() else [])
+            docs[0] = docs[0][
+                1:
+            ]  # a mark that starts the file is its byte-order mark, whoever put it there
+        expected = [d.strip() for d in docs if d.strip()] + (
+            [trailing.strip()] if trailing.strip() else []
+        )
         empty = sum(1 for d in docs if not d.strip())
         cfg = config(_unit_bytes(data.draw), MAX_DOCUMENT_BYTES)
         object.__setattr__(cfg, "separator", separator)
@@ -127,7 +150,7 @@ def test_jsonl(profile):
         bom = data.draw(st.booleans())
         limit = 4 * MAX_DOCUMENT_BYTES  # longer lines are refused unparsed
         lines, expected, skipped, blank = [], [], collections.Counter(), 0
-        for i, doc in enumerate(docs):
+        for doc in docs:
             if data.draw(st.integers(0, 5)) == 0:
                 lines.append(data.draw(st.sampled_from([b"\n", b"  \n", b"\r\n"])))
                 blank += 1
@@ -169,7 +192,9 @@ def test_parquet(profile):
         cfg = config(_unit_bytes(data.draw), MAX_DOCUMENT_BYTES)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "c.parquet")
-            table = pa.table({"id": list(range(len(values))), "text": pa.array(values, pa.string())})
+            table = pa.table(
+                {"id": list(range(len(values))), "text": pa.array(values, pa.string())}
+            )
             pq.write_table(table, path, row_group_size=data.draw(st.integers(1, 8)))
             read, tally, _ = read_all(path, "parquet", cfg)
         assert read == expected
@@ -199,7 +224,10 @@ def test_prepare(profile):
             out = os.path.join(tmp, "out")
             empty = sum(1 for d in docs if not d.strip())
             if empty == len(docs):  # a run with no training data fails, saying why
-                with pytest.raises(PrepareError, match="no training data: (every document was skipped|the 1 inputs are empty)"):
+                with pytest.raises(
+                    PrepareError,
+                    match="no training data: (every document was skipped|the 1 inputs are empty)",
+                ):
                     run_prepare([path], out, "--unit-bytes", str(unit_bytes))
                 return
             manifest = run_prepare([path], out, "--unit-bytes", str(unit_bytes))

@@ -1,4 +1,5 @@
-"""The README's Layout table names every module of the packages it lists, and only modules that exist."""
+"""The README's Layout table names every module of the packages it lists, and only modules that
+exist."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ def modules(package: str) -> set[str]:
     for name in os.listdir(directory):
         if name.endswith(".py") and not name.startswith("__"):
             names.add(name[:-3])
-        elif os.path.exists(os.path.join(directory, name, "__init__.py")) and f"{package}{name}/" not in PACKAGES:
+        elif (
+            os.path.exists(os.path.join(directory, name, "__init__.py"))
+            and f"{package}{name}/" not in PACKAGES
+        ):
             names.add(name)
     return names
 
@@ -55,6 +59,15 @@ def test_the_layout_table_matches_the_tree():
         named = rows[package]
         present = modules(package)
         # A subpackage without a row of its own has its modules named in its package's row.
-        nested = {m for sub in present if os.path.isdir(os.path.join(REPO, package, sub)) for m in modules(f"{package}{sub}/")}
-        assert present <= named, f"{package}: not in the README's Layout table: {sorted(present - named)}"
-        assert named <= present | nested, f"{package}: the README names what is not there: {sorted(named - present - nested)}"
+        nested = {
+            m
+            for sub in present
+            if os.path.isdir(os.path.join(REPO, package, sub))
+            for m in modules(f"{package}{sub}/")
+        }
+        assert present <= named, (
+            f"{package}: not in the README's Layout table: {sorted(present - named)}"
+        )
+        assert named <= present | nested, (
+            f"{package}: the README names what is not there: {sorted(named - present - nested)}"
+        )

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from support.runs import REPO, run_prepare
 
 from pipeline.corpus import write_corpus
+from support.runs import REPO, run_prepare
 
 # Imported first by every process of the snippet (its prefetch workers too): JAX is not installed.
-NO_JAX = '''import sys
+NO_JAX = """import sys
 
 class _NoJax:
     def find_spec(self, name, path=None, target=None):
@@ -23,7 +23,7 @@ class _NoJax:
             raise ModuleNotFoundError("No module named 'jax'")
 
 sys.meta_path.insert(0, _NoJax())
-'''
+"""
 
 
 def python_snippets() -> list[str]:
@@ -75,9 +75,11 @@ if __name__ == "__main__":
     tokens = next(make_iterator(mixed))["source_tokens"]
     print(json.dumps({
         "batch": {name: [str(array.dtype), list(array.shape)] for name, array in batch.items()},
-        "deterministic": sorted(first) == sorted(batch) and all((first[k] == batch[k]).all() for k in batch),
+        "deterministic": sorted(first) == sorted(batch)
+            and all((first[k] == batch[k]).all() for k in batch),
         "state": [type(x).__name__ for x in leaves(state)],
-        "resumed": sorted(after) == sorted(second) and all((after[k] == second[k]).all() for k in second),
+        "resumed": sorted(after) == sorted(second)
+            and all((after[k] == second[k]).all() for k in second),
         "source_tokens": [str(tokens.dtype), list(tokens.shape), int(tokens.sum())],
         "source_names": list(mixed.source_names),
     }))
@@ -89,8 +91,14 @@ def _run(script_text: str, readme_data: str, name: str) -> subprocess.CompletedP
     with open(script, "w") as f:
         f.write(script_text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(readme_data, "no_jax"), REPO])}
-    result = subprocess.run([sys.executable, script], cwd=readme_data, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, script],
+        cwd=readme_data,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     return result
@@ -104,9 +112,16 @@ def test_a_python_snippet_runs_as_written_without_jax(index, readme_data):
         _run(snippet, readme_data, f"snippet_{index}")
         return
     # The Load snippet: what its comments say of the batch, the state and the mixture holds.
-    assert all(comment in snippet for comment in LOAD_COMMENTS), "the Load snippet's comments changed: check them here"
-    probed = json.loads(_run(snippet + LOAD_PROBE, readme_data, f"snippet_{index}").stdout.splitlines()[-1])
-    assert probed["batch"] == {"inputs": ["int32", [8, 256]], "targets": ["int32", [8, 256]]}  # one shard: no JAX
+    assert all(comment in snippet for comment in LOAD_COMMENTS), (
+        "the Load snippet's comments changed: check them here"
+    )
+    probed = json.loads(
+        _run(snippet + LOAD_PROBE, readme_data, f"snippet_{index}").stdout.splitlines()[-1]
+    )
+    assert probed["batch"] == {
+        "inputs": ["int32", [8, 256]],
+        "targets": ["int32", [8, 256]],
+    }  # one shard: no JAX
     assert probed["deterministic"]
     assert probed["state"] and len(probed["state"]) <= 16 and set(probed["state"]) == {"int"}
     assert probed["resumed"]

@@ -28,7 +28,12 @@ def test_records_are_bounded_and_cut_only_documents_longer_than_the_bound(record
     # the record ends a cut one.
     length_at = dict(zip(doc_starts, lengths))
     for a, b in zip(bounds, bounds[1:-1]):
-        if b not in cuts and a not in cuts and length_at[b] <= record_tokens and length_at.get(a, 0) <= record_tokens:
+        if (
+            b not in cuts
+            and a not in cuts
+            and length_at[b] <= record_tokens
+            and length_at.get(a, 0) <= record_tokens
+        ):
             assert (b - a) + length_at[b] > record_tokens
 
 

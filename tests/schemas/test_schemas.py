@@ -74,8 +74,15 @@ def test_config_checks_values():
     with pytest.raises(ValueError, match="near_bands times near_rows"):
         dataclasses.replace(PrepareConfig(), near_bands=1, near_rows=1025)
     # The bounds themselves are allowed.
-    PrepareConfig(validation_fraction=0.0, unit_bytes=4096, record_tokens=16, max_document_bytes=1024,
-                  filter_max_document_bytes=1024, near_bands=1, near_rows=1024)
+    PrepareConfig(
+        validation_fraction=0.0,
+        unit_bytes=4096,
+        record_tokens=16,
+        max_document_bytes=1024,
+        filter_max_document_bytes=1024,
+        near_bands=1,
+        near_rows=1024,
+    )
 
 
 def test_dtype_rule_and_record_round_trip():
@@ -86,4 +93,7 @@ def test_dtype_rule_and_record_round_trip():
 
     tokens = np.array([0, 1, 65535], dtype=np.uint32)
     assert decode_record(encode_record(tokens, "uint16"), "uint16").tolist() == [0, 1, 65535]
-    assert encode_record(tokens, "uint16")[:2] == b"\x00\x00" and encode_record(tokens, "uint16")[4:] == b"\xff\xff"
+    assert (
+        encode_record(tokens, "uint16")[:2] == b"\x00\x00"
+        and encode_record(tokens, "uint16")[4:] == b"\xff\xff"
+    )

@@ -36,7 +36,9 @@ def _train_place(name: str) -> str:
     if _declaration(TrainConfig, name):
         return "config.json"
     if model := _declaration(ModelFlags, name):
-        assert model.saved_as.removeprefix("model.") in {f.name for f in dataclasses.fields(GPTConfig)}, name
+        assert model.saved_as.removeprefix("model.") in {
+            f.name for f in dataclasses.fields(GPTConfig)
+        }, name
         return f"config.json's {model.saved_as}"
     return _declaration(train_cli.LaunchOptions, name).launch
 
@@ -52,17 +54,24 @@ def _sample(action: argparse.Action) -> object:
     return "c4.min_doc_words=2" if action.dest == "filter_params" else "c4"
 
 
-@pytest.mark.parametrize("command, parser, place", [
-    ("prepare", launcher.parser, _prepare_place),
-    ("train", train_cli.parser, _train_place),
-])
-def test_every_flag_has_help_a_config_key_and_a_place_in_what_the_run_saves(tmp_path, command, parser, place):
+@pytest.mark.parametrize(
+    "command, parser, place",
+    [
+        ("prepare", launcher.parser, _prepare_place),
+        ("train", train_cli.parser, _train_place),
+    ],
+)
+def test_every_flag_has_help_a_config_key_and_a_place_in_what_the_run_saves(
+    tmp_path, command, parser, place
+):
     options = [a for a in parser()._actions if a.option_strings and a.dest != "help"]
     assert len(options) > 20
     for action in options:
         flag = action.option_strings[0]
         assert action.help and action.help.strip(), flag
-        assert place(action.dest), f"{command} {flag}: neither saved nor a launch option with a reason"
+        assert place(action.dest), (
+            f"{command} {flag}: neither saved nor a launch option with a reason"
+        )
         if action.dest == config_file.CONFIG:
             continue
         for key in (flag[2:], flag[2:].replace("-", "_")):
@@ -74,27 +83,81 @@ def test_every_flag_has_help_a_config_key_and_a_place_in_what_the_run_saves(tmp_
 def test_the_saved_field_names_do_not_change():
     # The keys of earlier runs' manifest.json config and config.json: they must read back.
     assert [f.name for f in dataclasses.fields(PrepareConfig)] == [
-        "tokenizer", "format", "text_field", "id_field", "separator", "validation_fraction", "seed", "unit_bytes",
-        "record_tokens", "max_document_bytes", "skip_bad_files", "hf_split", "hf_name", "bos_token", "eos_token",
-        "dedup", "decontaminate", "decontaminate_ngram", "decontaminate_max_matches", "near_ngram", "near_bands",
-        "near_rows", "filters", "filter_params", "filter_max_document_bytes",
+        "tokenizer",
+        "format",
+        "text_field",
+        "id_field",
+        "separator",
+        "validation_fraction",
+        "seed",
+        "unit_bytes",
+        "record_tokens",
+        "max_document_bytes",
+        "skip_bad_files",
+        "hf_split",
+        "hf_name",
+        "bos_token",
+        "eos_token",
+        "dedup",
+        "decontaminate",
+        "decontaminate_ngram",
+        "decontaminate_max_matches",
+        "near_ngram",
+        "near_bands",
+        "near_rows",
+        "filters",
+        "filter_params",
+        "filter_max_document_bytes",
     ]
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [
-        "data", "workdir", "model", "preset", "steps", "batch_size", "seq_len", "seed", "packing", "mesh",
-        "learning_rate", "min_learning_rate", "warmup_steps", "decay_steps", "weight_decay", "grad_clip", "beta2",
-        "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "log_every", "loader_workers",
-        "gradient_accumulation_steps", "remat", "tensorboard", "profile_steps", "profile_skip_steps",
+        "data",
+        "workdir",
+        "model",
+        "preset",
+        "steps",
+        "batch_size",
+        "seq_len",
+        "seed",
+        "packing",
+        "mesh",
+        "learning_rate",
+        "min_learning_rate",
+        "warmup_steps",
+        "decay_steps",
+        "weight_decay",
+        "grad_clip",
+        "beta2",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "eval_every",
+        "eval_batches",
+        "log_every",
+        "loader_workers",
+        "gradient_accumulation_steps",
+        "remat",
+        "tensorboard",
+        "profile_steps",
+        "profile_skip_steps",
     ]
 
 
 def test_the_manifest_schema_config_is_derived_from_the_declarations():
     config = JSON_SCHEMA["properties"]["config"]
     assert list(config["properties"]) == [f.name for f in dataclasses.fields(PrepareConfig)]
-    # What version 3 manifests hold is required; what came with version 5 takes its default when missing.
+    # What version 3 manifests hold is required; what came with version 5 takes its default when
+    # missing.
     assert "decontaminate_ngram" in config["required"] and "near_bands" not in config["required"]
-    assert config["properties"]["validation_fraction"] == {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
-    assert config["properties"]["format"] == {"enum": ["text", "jsonl", "parquet", "arrow", "hf", None]}
-    assert config["properties"]["filters"]["items"] == {"enum": list(_declaration(PrepareConfig, "filters").choices)}
+    assert config["properties"]["validation_fraction"] == {
+        "type": "number",
+        "minimum": 0,
+        "exclusiveMaximum": 1,
+    }
+    assert config["properties"]["format"] == {
+        "enum": ["text", "jsonl", "parquet", "arrow", "hf", None]
+    }
+    assert config["properties"]["filters"]["items"] == {
+        "enum": list(_declaration(PrepareConfig, "filters").choices)
+    }
     assert formats.READABLE_MANIFEST_VERSIONS[0] == 3
 
 
@@ -111,12 +174,15 @@ class _Example:
         check(self)
 
 
-@pytest.mark.parametrize("values, message", [
-    (dict(count=0), "count must be at least 1 (got count=0)"),
-    (dict(share=1.0), "share must be in [0, 1) (got share=1.0)"),
-    (dict(mode="c"), "mode must be one of ('a', 'b') (got mode='c')"),
-    (dict(names=["x", "z"]), "names must each be one of ('x', 'y') (got names=['x', 'z'])"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(count=0), "count must be at least 1 (got count=0)"),
+        (dict(share=1.0), "share must be in [0, 1) (got share=1.0)"),
+        (dict(mode="c"), "mode must be one of ('a', 'b') (got mode='c')"),
+        (dict(names=["x", "z"]), "names must each be one of ('x', 'y') (got names=['x', 'z'])"),
+    ],
+)
 def test_declared_limits_and_choices_are_checked(values, message):
     with pytest.raises(SettingError) as error:
         _Example(**values)
@@ -133,7 +199,12 @@ def test_the_schema_and_flags_of_declared_settings():
         "mode": {"enum": ["a", "b", None]},
         "names": {"type": "array", "items": {"enum": ["x", "y"]}},
     }
-    assert flags(_Example) == {"count": "--count", "share": "--share", "mode": "--kind", "names": "--names"}
+    assert flags(_Example) == {
+        "count": "--count",
+        "share": "--share",
+        "mode": "--kind",
+        "names": "--names",
+    }
 
 
 def test_train_options_default_to_none_so_a_resume_tells_given_from_left_out():

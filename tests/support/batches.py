@@ -1,5 +1,6 @@
 """Loader batches in tests: taken from an iterator, compared exactly, and a two-source mixture whose
-every token says which source it came from (the `sources` fixture, a plugin of the root conftest)."""
+every token says which source it came from (the `sources` fixture, a plugin of the root
+conftest)."""
 
 from __future__ import annotations
 
@@ -40,19 +41,29 @@ def sources(tmp_path_factory) -> dict[str, str]:
     held_out = unique_documents([20] * 30, first_id=400_000)
     splits = {"train": web, "validation": held_out}
     write_prepared(paths["web"], splits, n_vocab=N_VOCAB, record_tokens=256, num_shards=3)
-    write_prepared(paths["books"], {"train": books}, n_vocab=N_VOCAB, record_tokens=256, num_shards=2)
+    write_prepared(
+        paths["books"], {"train": books}, n_vocab=N_VOCAB, record_tokens=256, num_shards=2
+    )
     # The same ids under another tokenizer: a different end-of-text id.
-    write_prepared(paths["other"], {"train": books}, n_vocab=N_VOCAB, eot_id=0, record_tokens=256, num_shards=1)
+    write_prepared(
+        paths["other"], {"train": books}, n_vocab=N_VOCAB, eot_id=0, record_tokens=256, num_shards=1
+    )
     return paths
 
 
-def mixture(sources: dict[str, str], web: float = 0.7, books: float = 0.3) -> tuple[DataSource, ...]:
+def mixture(
+    sources: dict[str, str], web: float = 0.7, books: float = 0.3
+) -> tuple[DataSource, ...]:
     return parse_data_spec(f"web={web}:{sources['web']},books={books}:{sources['books']}")
 
 
 def real(batch: dict[str, np.ndarray]) -> np.ndarray:
     """Where a batch holds tokens rather than padding."""
-    return batch["segment_ids"] > 0 if "segment_ids" in batch else np.ones(batch["targets"].shape, bool)
+    return (
+        batch["segment_ids"] > 0
+        if "segment_ids" in batch
+        else np.ones(batch["targets"].shape, bool)
+    )
 
 
 def owners(batch: dict[str, np.ndarray]) -> np.ndarray:

@@ -10,7 +10,19 @@ import numpy as np
 
 def sample_documents(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
-    words = ["the", "cat", "sat", "on", "a", "mat", "Ünïcödé", "日本語", "emoji 🙂", "tab\there", "<|endoftext|>"]
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "Ünïcödé",
+        "日本語",
+        "emoji 🙂",
+        "tab\there",
+        "<|endoftext|>",
+    ]
     docs = []
     for _ in range(n):
         k = int(rng.integers(2, 60))
@@ -42,5 +54,7 @@ def write_parquet(path: str, docs: list[str], row_group_size: int = 50) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"text": docs, "id": list(range(len(docs)))}), path, row_group_size=row_group_size)
+    pq.write_table(
+        pa.table({"text": docs, "id": list(range(len(docs)))}), path, row_group_size=row_group_size
+    )
     return path

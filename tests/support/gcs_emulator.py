@@ -92,7 +92,9 @@ def guarded(handler):
             params = request.params or {}
             if suffix and "object_id" in params:
                 try:
-                    size = int(storage.get_file_obj(params["bucket_name"], params["object_id"])["size"])
+                    size = int(
+                        storage.get_file_obj(params["bucket_name"], params["object_id"])["size"]
+                    )
                 except NotFound:
                     pass
                 else:
@@ -101,7 +103,9 @@ def guarded(handler):
             return handler(request, response, storage, *args, **kwargs)
     return run
 
-server.HANDLERS = tuple((rx, {m: guarded(h) for m, h in table.items()}) for rx, table in server.HANDLERS)
+server.HANDLERS = tuple(
+    (rx, {m: guarded(h) for m, h in table.items()}) for rx, table in server.HANDLERS
+)
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 storage = Storage(use_memory_fs=True)
 create_bucket(sys.argv[1], storage)
@@ -125,7 +129,8 @@ httpd.serve_forever()
 
 @dataclasses.dataclass(frozen=True)
 class GcsEmulator:
-    """A running emulator: its endpoint, its bucket, and the environment that points clients at it."""
+    """A running emulator: its endpoint, its bucket, and the environment that points clients at
+    it."""
 
     endpoint: str
     bucket: str
@@ -232,8 +237,11 @@ def gcs_emulator(bucket: str = BUCKET) -> Iterator[GcsEmulator]:
             proc.stdout.close()
 
 
-def gcs_emulator_fixture(scope: str = "session", bucket: str = BUCKET) -> Callable[..., Iterator[GcsEmulator]]:
-    """A pytest fixture of one emulator per `scope`: in a conftest, `gcs = gcs_emulator_fixture()`."""
+def gcs_emulator_fixture(
+    scope: str = "session", bucket: str = BUCKET
+) -> Callable[..., Iterator[GcsEmulator]]:
+    """A pytest fixture of one emulator per `scope`: in a conftest,
+    `gcs = gcs_emulator_fixture()`."""
     import pytest
 
     @pytest.fixture(scope=scope)  # type: ignore[call-overload]

@@ -1,5 +1,5 @@
-"""A loopback stand-in for the Hugging Face Hub's dataset API (and the model API's repo info and file
-downloads, for hub tokenizers), so hub tests never touch the network.
+"""A loopback stand-in for the Hugging Face Hub's dataset API (and the model API's repo info and
+file downloads, for hub tokenizers), so hub tests never touch the network.
 
 It serves snapshots of local directories as dataset repositories through the endpoints that
 `huggingface_hub` and `datasets` call to resolve a dataset and read its files: repo info, tree
@@ -119,7 +119,9 @@ class HubStandIn:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         # A short poll keeps `stop` quick: `shutdown` waits for the loop to notice.
-        serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+        serve = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         serve.start()
 
     def stop(self) -> None:
@@ -147,7 +149,9 @@ class HubStandIn:
         if path in commit.directories():
             oid = hashlib.sha1(f"{commit.sha}\0{path}".encode()).hexdigest()
             return {"type": "directory", "oid": oid, "size": 0, "path": path}
-        raise _Reply(HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} does not exist at {commit.sha}")
+        raise _Reply(
+            HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} does not exist at {commit.sha}"
+        )
 
     def _info(self, handler: _Handler, repo: str, rev: str | None) -> None:
         commit = self._commit_at(repo, rev or "main")
@@ -168,7 +172,9 @@ class HubStandIn:
         commit = self._commit_at(repo, rev)
         prefix = f"{path}/" if path else ""
         if path and path not in commit.directories():
-            raise _Reply(HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} is not a directory at {commit.sha}")
+            raise _Reply(
+                HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} is not a directory at {commit.sha}"
+            )
         recursive = handler.query.get("recursive", ["false"])[0] == "true"
         below = sorted(p for p in [*commit.files, *commit.directories()] if p.startswith(prefix))
         if not recursive:
@@ -177,7 +183,9 @@ class HubStandIn:
         page = [self._entry(commit, p) for p in below[start : start + TREE_PAGE_SIZE]]
         headers = {}
         if start + TREE_PAGE_SIZE < len(below):
-            query = {k: v[0] for k, v in handler.query.items()} | {"cursor": str(start + TREE_PAGE_SIZE)}
+            query = {k: v[0] for k, v in handler.query.items()} | {
+                "cursor": str(start + TREE_PAGE_SIZE)
+            }
             url = f"{self.endpoint}{handler.path.split('?')[0]}?{urllib.parse.urlencode(query)}"
             headers["Link"] = f'<{url}>; rel="next"'
         handler.send_json(page, headers)
@@ -186,9 +194,13 @@ class HubStandIn:
         commit = self._commit_at(repo, rev)
         token = self._gated.get(repo)
         if token is not None and handler.headers.get("Authorization") != f"Bearer {token}":
-            raise _Reply(HTTPStatus.UNAUTHORIZED, "GatedRepo", f"Access to dataset {repo} is restricted.")
+            raise _Reply(
+                HTTPStatus.UNAUTHORIZED, "GatedRepo", f"Access to dataset {repo} is restricted."
+            )
         if path not in commit.files:
-            raise _Reply(HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} does not exist at {commit.sha}")
+            raise _Reply(
+                HTTPStatus.NOT_FOUND, "EntryNotFound", f"{path} does not exist at {commit.sha}"
+            )
         data = commit.files[path]
         headers = {
             "X-Repo-Commit": commit.sha,
@@ -204,7 +216,11 @@ class HubStandIn:
             start = int(match[1])
             end = min(int(match[2]) + 1 if match[2] else len(data), len(data))
             if start >= len(data):
-                raise _Reply(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, None, f"{path} has {len(data)} bytes")
+                raise _Reply(
+                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                    None,
+                    f"{path} has {len(data)} bytes",
+                )
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
             status, data = HTTPStatus.PARTIAL_CONTENT, data[start:end]
         handler.send(status, data, headers)
@@ -231,7 +247,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
             sent = len(body)
-        self.hub.requests.append(Request(self.command, self.path, self.headers.get("Range"), status, sent))
+        self.hub.requests.append(
+            Request(self.command, self.path, self.headers.get("Range"), status, sent)
+        )
 
     def send_json(self, value: object, headers: dict[str, str] | None = None) -> None:
         headers = {"Content-Type": "application/json", **(headers or {})}
@@ -242,7 +260,9 @@ class _Handler(BaseHTTPRequestHandler):
         for method, pattern, handler_name in _ROUTES:
             match = pattern.fullmatch(path)
             if method == self.command and match:
-                args = {k: urllib.parse.unquote(v) if v else v for k, v in match.groupdict().items()}
+                args = {
+                    k: urllib.parse.unquote(v) if v else v for k, v in match.groupdict().items()
+                }
                 try:
                     getattr(self.hub, handler_name)(self, **args)
                 except _Reply as reply:
@@ -297,7 +317,8 @@ def hub(tmp_path, monkeypatch) -> Iterator[HubStandIn]:
         monkeypatch.delenv(name, raising=False)
     for name, value in {
         "ENDPOINT": standin.endpoint,
-        "HUGGINGFACE_CO_URL_TEMPLATE": standin.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+        "HUGGINGFACE_CO_URL_TEMPLATE": standin.endpoint
+        + "/{repo_id}/resolve/{revision}/{filename}",
         "HF_HOME": home,
         "HF_HUB_CACHE": os.path.join(home, "hub"),
         "HF_XET_CACHE": os.path.join(home, "xet"),

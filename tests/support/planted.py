@@ -11,7 +11,23 @@ from __future__ import annotations
 import dataclasses
 import random
 
-_SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "ve", "do", "an", "el", "or", "us", "im"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "su",
+    "ta",
+    "ri",
+    "po",
+    "ve",
+    "do",
+    "an",
+    "el",
+    "or",
+    "us",
+    "im",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,17 +53,27 @@ def near_copy(document: str, changes: int, rng: random.Random) -> str:
 
 
 def planted_corpus(
-    originals: int, *, words: int = 300, exact_fraction: float = 0.1, near_fraction: float = 0.1,
-    changes: int = 4, seed: int = 0,
+    originals: int,
+    *,
+    words: int = 300,
+    exact_fraction: float = 0.1,
+    near_fraction: float = 0.1,
+    changes: int = 4,
+    seed: int = 0,
 ) -> PlantedCorpus:
     """`originals` distinct documents of about `words` words, then copies of randomly chosen
     earlier ones (a fraction of `originals` each) inserted at random later places."""
     rng = random.Random(seed)
     vocabulary = _vocabulary(rng, 50_000)
-    documents = [" ".join(rng.choices(vocabulary, k=rng.randint(words // 2, words * 3 // 2))) for _ in range(originals)]
+    documents = [
+        " ".join(rng.choices(vocabulary, k=rng.randint(words // 2, words * 3 // 2)))
+        for _ in range(originals)
+    ]
     kinds = ["exact"] * int(originals * exact_fraction) + ["near"] * int(originals * near_fraction)
     # Originals sit at keys 0, 1, 2...; each copy at a random key after its original's.
-    placed: list[tuple[float, str | None, int, str]] = [(i, None, i, d) for i, d in enumerate(documents)]
+    placed: list[tuple[float, str | None, int, str]] = [
+        (i, None, i, d) for i, d in enumerate(documents)
+    ]
     for kind in kinds:
         source = rng.randrange(originals)
         text = documents[source] if kind == "exact" else near_copy(documents[source], changes, rng)

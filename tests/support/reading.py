@@ -20,7 +20,9 @@ def read_all(path: str, fmt: str, config: PrepareConfig) -> tuple[list, Tally, l
     documents, tally, digests = [], Tally(), []
     for i, (start, end) in enumerate(source.plan(path, FileInfo(size, "v"), config)):
         digest = ContentDigest()
-        for read in source.read(WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest, located=True):
+        for read in source.read(
+            WorkUnit(i, 0, path, fmt, start, end, size, "v"), config, tally, digest, located=True
+        ):
             if isinstance(read, DocumentPiece):
                 assert len(read.text.encode()) <= config.max_document_bytes
                 if read.first:

@@ -31,7 +31,10 @@ def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
 def run_command(name: str, *argv: str) -> int:
     """A `tokshards` command run in this process as the console script runs it: its exit status, and
     its error line on stderr. The interrupt and SIGTERM handling it installs is undone after it."""
-    handlers, hook = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}, sys.unraisablehook
+    handlers, hook = (
+        {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+        sys.unraisablehook,
+    )
     try:
         return commands.run_command(name, list(argv), f"tokshards {name}")
     finally:
@@ -53,7 +56,9 @@ def decoded_documents(output: str, encoding, split: str = "train") -> list[str]:
     tokens = np.concatenate(records)
     eot = encoding.eot_token
     ends = np.flatnonzero(tokens == eot)
-    assert len(ends) and ends[-1] == len(tokens) - 1, "every split must end with an end-of-text token"
+    assert len(ends) and ends[-1] == len(tokens) - 1, (
+        "every split must end with an end-of-text token"
+    )
     starts = np.concatenate(([0], ends[:-1] + 1))
     return [encoding.decode(tokens[a:b].tolist()) for a, b in zip(starts, ends)]
 
@@ -77,13 +82,21 @@ def run_outputs(root: str) -> dict[str, bytes]:
 
 def files_in_place(directory: str) -> int:
     """Files written whole in `directory`, not the dot-named temporaries of ones being written."""
-    return len([n for n in os.listdir(directory) if not n.startswith(".")]) if os.path.isdir(directory) else 0
+    return (
+        len([n for n in os.listdir(directory) if not n.startswith(".")])
+        if os.path.isdir(directory)
+        else 0
+    )
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipeline", "prepare", *args],
-        cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
 
 

@@ -65,7 +65,11 @@ def write_prepared(
             )
     manifest = Manifest(
         tokenizer=TokenizerInfo(
-            name="synthetic", vocab_sha256="0" * 64, n_vocab=n_vocab, eot_id=eot_id, tiktoken_version="none"
+            name="synthetic",
+            vocab_sha256="0" * 64,
+            n_vocab=n_vocab,
+            eot_id=eot_id,
+            tiktoken_version="none",
         ),
         dtype=dtype_name,
         config=PrepareConfig(record_tokens=record_tokens),
@@ -80,4 +84,3 @@ def write_prepared(
     with open(os.path.join(output, formats.MANIFEST_NAME), "w") as f:
         f.write(manifest.to_json())
     return manifest
-

@@ -45,7 +45,9 @@ def train_bpe(directory: str, vocab_size: int = 600) -> str:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(_training_text(directory), trainer)
     path = os.path.join(directory, "tokenizer.json")
@@ -59,7 +61,9 @@ def shifted(source: str, directory: str, offset: int) -> str:
     with open(source, encoding="utf-8") as f:
         definition = json.load(f)
     vocab = definition["model"]["vocab"]
-    definition["model"]["vocab"] = {t: (i if t in SPECIALS else i + offset) for t, i in vocab.items()}
+    definition["model"]["vocab"] = {
+        t: (i if t in SPECIALS else i + offset) for t, i in vocab.items()
+    }
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "tokenizer.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -68,8 +72,13 @@ def shifted(source: str, directory: str, offset: int) -> str:
 
 
 def _byte_of_char() -> dict[str, int]:
-    """The inverse of GPT-2's byte-to-character table that byte-level BPE vocabularies are written in."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    """The inverse of GPT-2's byte-to-character table that byte-level BPE vocabularies are written
+    in."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -94,11 +103,21 @@ def write_tiktoken_spec(hf_path: str, directory: str, suffix: str = ".json") -> 
     specials = {t["content"]: t["id"] for t in definition["added_tokens"]}
     path = os.path.join(directory, "trained" + suffix)
     if suffix == ".toml":
-        lines = ['ranks = "trained.tiktoken"', f"pat_str = {json.dumps(openai_public.r50k_pat_str)}", "[special_tokens]"]
+        lines = [
+            'ranks = "trained.tiktoken"',
+            f"pat_str = {json.dumps(openai_public.r50k_pat_str)}",
+            "[special_tokens]",
+        ]
         lines += [f"{json.dumps(k)} = {v}" for k, v in specials.items()]
         text = "\n".join(lines) + "\n"
     else:
-        text = json.dumps({"ranks": "trained.tiktoken", "pat_str": openai_public.r50k_pat_str, "special_tokens": specials})
+        text = json.dumps(
+            {
+                "ranks": "trained.tiktoken",
+                "pat_str": openai_public.r50k_pat_str,
+                "special_tokens": specials,
+            }
+        )
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path

@@ -49,7 +49,9 @@ class WorkerVenv:
 
     def __post_init__(self):
         if os.path.commonpath([self.root, REPO]) == REPO:
-            raise ValueError(f"the worker environment must be outside the checkout {REPO} (got {self.root=})")
+            raise ValueError(
+                f"the worker environment must be outside the checkout {REPO} (got {self.root=})"
+            )
 
     @property
     def python(self) -> str:
@@ -65,7 +67,12 @@ class WorkerVenv:
     def run(self, args: list[str], *, cwd: str, timeout: float) -> subprocess.CompletedProcess:
         """`python ARGS` in this environment; from `cwd`, which is on sys.path for `-m` and `-c`."""
         return subprocess.run(
-            [self.python, *args], cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout
+            [self.python, *args],
+            cwd=cwd,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
 
@@ -77,23 +84,49 @@ def create_worker_venv(root: str, sdist: str) -> WorkerVenv:
     venv = WorkerVenv(root)
     wheels = os.path.join(root, "wheels")
     pip = [sys.executable, "-m", "pip"]
-    _run([*pip, "wheel", "--no-index", "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, sdist],
-         timeout=INSTALL_TIMEOUT_S)
+    _run(
+        [
+            *pip,
+            "wheel",
+            "--no-index",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            wheels,
+            sdist,
+        ],
+        timeout=INSTALL_TIMEOUT_S,
+    )
     (wheel,) = glob.glob(os.path.join(wheels, "*.whl"))
     requirements = os.path.join(root, "requirements")
     for distribution in required_distributions(wheel):
         link_files(distribution, requirements)
     site_packages = sysconfig.get_path("purelib", vars={"base": root, "platbase": root})
     with open(os.path.join(site_packages, "requirements.pth"), "w") as f:
-        f.write(f"import site; site.addsitedir({requirements!r})\n")  # its .pth files too, as an install's
-    _run([*pip, "--python", venv.python, "install", "--no-index", "--no-deps", "--no-compile", "--quiet", wheel],
-         timeout=INSTALL_TIMEOUT_S)
+        f.write(
+            f"import site; site.addsitedir({requirements!r})\n"
+        )  # its .pth files too, as an install's
+    _run(
+        [
+            *pip,
+            "--python",
+            venv.python,
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--quiet",
+            wheel,
+        ],
+        timeout=INSTALL_TIMEOUT_S,
+    )
     return venv
 
 
 def required_distributions(wheel: str) -> list[importlib.metadata.Distribution]:
     """The dev environment's distributions that the wheel's base requirements need, and theirs: the
-    closure a resolver installs, at the versions installed here, markers evaluated for this Python."""
+    closure a resolver installs, at the versions installed here, markers evaluated for this
+    Python."""
     with zipfile.ZipFile(wheel) as archive:
         (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = email.parser.Parser().parsestr(archive.read(name).decode())
@@ -110,7 +143,10 @@ def required_distributions(wheel: str) -> list[importlib.metadata.Distribution]:
         try:
             found[key] = importlib.metadata.distribution(key)
         except importlib.metadata.PackageNotFoundError:
-            raise RuntimeError(f"{requirement} is needed by the worker install but not installed here; run `make venv`") from None
+            raise RuntimeError(
+                f"{requirement} is needed by the worker install but not installed here; "
+                "run `make venv`"
+            ) from None
         extras[key] = extras.get(key, set()) | requirement.extras
         for line in found[key].requires or []:
             wanted += [(Requirement(line), e) for e in ("", *extras[key])]
@@ -133,7 +169,9 @@ def link_files(distribution: importlib.metadata.Distribution, directory: str) ->
 def _run(command: list[str], *, timeout: float) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+        )
 
 
 @pytest.fixture(scope="session")

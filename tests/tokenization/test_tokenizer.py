@@ -1,6 +1,6 @@
-"""Every backend's ids equal its reference library's own encoding plus the boundary ids, special-token
-text stays text, and specs that do not fix the ids are refused. Tokenizer files are built here,
-offline (tests/support/tokenizer_files.py)."""
+"""Every backend's ids equal its reference library's own encoding plus the boundary ids,
+special-token text stays text, and specs that do not fix the ids are refused. Tokenizer files are
+built here, offline (tests/support/tokenizer_files.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tokenizers
+
+from pipeline import tokenization
+from pipeline.tokenization import hf_backend
+from pipeline.tokenization.tiktoken_backend import (
+    GPT2_RANKS_SHA256,
+    _bundled_ranks_path,
+    load_encoding,
+)
 from support.corpora import write_jsonl
 from support.runs import read_split, run_prepare
 from support.tokenizer_files import (
@@ -21,14 +29,6 @@ from support.tokenizer_files import (
     shifted,
     train_bpe,
     write_tiktoken_spec,
-)
-
-from pipeline import tokenization
-from pipeline.tokenization import hf_backend
-from pipeline.tokenization.tiktoken_backend import (
-    GPT2_RANKS_SHA256,
-    _bundled_ranks_path,
-    load_encoding,
 )
 
 
@@ -51,8 +51,11 @@ def _hf_reference(path: str):
 def _tiktoken_reference(spec_path: str):
     spec = json.loads(open(spec_path).read())
     encoding = tiktoken.Encoding(
-        name="reference", pat_str=spec["pat_str"],
-        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(os.path.join(os.path.dirname(spec_path), spec["ranks"])),
+        name="reference",
+        pat_str=spec["pat_str"],
+        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(
+            os.path.join(os.path.dirname(spec_path), spec["ranks"])
+        ),
         special_tokens=spec["special_tokens"],
     )
     return encoding.encode_ordinary
@@ -81,8 +84,8 @@ def test_gpt2_is_tiktokens_gpt2_layout(encoding):
 
 # GPT-2's ids as published apart from this project and from tiktoken's table: the docstring of
 # Hugging Face transformers' GPT2Tokenizer (src/transformers/models/gpt2/tokenization_gpt2.py) shows
-# tokenizer("Hello world")["input_ids"] == [15496, 995] and tokenizer(" Hello world")["input_ids"] ==
-# [18435, 995]; GPT-2's end of text, <|endoftext|>, is 50256 (eos_token_id in its config.json).
+# tokenizer("Hello world")["input_ids"] == [15496, 995] and tokenizer(" Hello world")["input_ids"]
+# == [18435, 995]; GPT-2's end of text, <|endoftext|>, is 50256 (eos_token_id in its config.json).
 PUBLISHED_GPT2 = {"Hello world": [15496, 995], " Hello world": [18435, 995]}
 PUBLISHED_GPT2_EOT = 50256
 
@@ -97,15 +100,19 @@ def test_gpt2_gives_the_published_ids_and_prepare_writes_them(tmp_path):
     out = str(tmp_path / "out")
     run_prepare([write_jsonl(str(tmp_path / "hello.jsonl"), texts)], out)
     tokens = np.concatenate(read_split(out)).tolist()
-    assert tokens in ([*PUBLISHED_GPT2[a], PUBLISHED_GPT2_EOT, *PUBLISHED_GPT2[b], PUBLISHED_GPT2_EOT]
-                      for a, b in (texts, texts[::-1]))
+    assert tokens in (
+        [*PUBLISHED_GPT2[a], PUBLISHED_GPT2_EOT, *PUBLISHED_GPT2[b], PUBLISHED_GPT2_EOT]
+        for a, b in (texts, texts[::-1])
+    )
 
 
 def test_hf_tokenizer_equals_the_library_with_end_of_text_after_each_document(bpe):
     hf = tokenization.load_tokenizer(bpe)
     assert hf.info.library == "tokenizers" and hf.info.library_version == tokenizers.__version__
     eos = SPECIALS.index("<|endoftext|>")
-    assert (hf.info.eot_id, hf.info.bos_id) == (eos, None), "no rule in the file: <|endoftext|> after each"
+    assert (hf.info.eot_id, hf.info.bos_id) == (eos, None), (
+        "no rule in the file: <|endoftext|> after each"
+    )
     flat, lengths = hf.encode_documents(VARIED)
     documents = _documents(flat, lengths)
     assert documents == _expected(_hf_reference(bpe), VARIED, None, eos)
@@ -125,11 +132,17 @@ def test_tiktoken_spec_file_equals_encode_ordinary(bpe, tmp_path):
     for suffix in (".json", ".toml"):
         spec = write_tiktoken_spec(bpe, str(tmp_path / suffix[1:]), suffix)
         loaded = tokenization.load_tokenizer(spec)
-        assert loaded.info.library == "tiktoken" and loaded.info.eot_id == SPECIALS.index("<|endoftext|>")
+        assert loaded.info.library == "tiktoken" and loaded.info.eot_id == SPECIALS.index(
+            "<|endoftext|>"
+        )
         flat, lengths = loaded.encode_documents(VARIED)
         documents = _documents(flat, lengths)
-        assert documents == _expected(_tiktoken_reference(write_tiktoken_spec(bpe, str(tmp_path / "ref"))), VARIED,
-                                      None, loaded.info.eot_id)
+        assert documents == _expected(
+            _tiktoken_reference(write_tiktoken_spec(bpe, str(tmp_path / "ref"))),
+            VARIED,
+            None,
+            loaded.info.eot_id,
+        )
         assert not set(range(len(SPECIALS))) & {i for d in documents for i in d[:-1]}
 
 
@@ -142,11 +155,17 @@ def test_bos_and_eos_from_the_tokenizers_own_rule(bpe, tmp_path, backend):
         definition = json.loads(open(bpe).read())
         definition["post_processor"] = {
             "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [bos], "tokens": ["<s>"]}},
+            "single": [
+                {"SpecialToken": {"id": "<s>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [bos], "tokens": ["<s>"]}},
         }
         (directory / "tokenizer.json").write_text(json.dumps(definition))
-        (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "</s>"}}))
+        (directory / "tokenizer_config.json").write_text(
+            json.dumps({"eos_token": {"content": "</s>"}})
+        )
         spec, reference = str(directory), _hf_reference(str(directory / "tokenizer.json"))
     else:
         spec = write_tiktoken_spec(bpe, str(tmp_path / "tt"))
@@ -165,7 +184,9 @@ def test_bos_and_eos_from_the_tokenizers_own_rule(bpe, tmp_path, backend):
 
 
 def test_a_tokenizer_json_without_any_end_token_is_refused_naming_the_flag(tmp_path):
-    model = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    model = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")
+    )
     path = str(tmp_path / "tokenizer.json")
     model.save(path)
     with pytest.raises(tokenization.TokenizerError, match="--eos-token"):
@@ -192,9 +213,15 @@ def test_identity_hash_follows_the_ids_not_the_layout(bpe, tmp_path):
     reformatted = tmp_path / "a" / "tokenizer.json"
     reformatted.parent.mkdir()
     reformatted.write_text(json.dumps(definition, indent=4))
-    assert tokenization.tokenizer_info(str(reformatted)).vocab_sha256 == tokenization.tokenizer_info(bpe).vocab_sha256
+    assert (
+        tokenization.tokenizer_info(str(reformatted)).vocab_sha256
+        == tokenization.tokenizer_info(bpe).vocab_sha256
+    )
     other = shifted(bpe, str(tmp_path / "b"), 1000)
-    assert tokenization.tokenizer_info(other).vocab_sha256 != tokenization.tokenizer_info(bpe).vocab_sha256
+    assert (
+        tokenization.tokenizer_info(other).vocab_sha256
+        != tokenization.tokenizer_info(bpe).vocab_sha256
+    )
 
 
 def test_saved_copies_load_to_the_same_identity(bpe, tmp_path):
@@ -231,7 +258,9 @@ def test_prepare_writes_the_reference_ids_of_every_document(bpe, tmp_path, backe
     else:
         spec = write_tiktoken_spec(bpe, str(tmp_path / "tt"))
         reference = _tiktoken_reference(spec)
-    manifest = run_prepare([str(corpus)], str(tmp_path / "out"), "--tokenizer", spec, "--unit-bytes", "8192")
+    manifest = run_prepare(
+        [str(corpus)], str(tmp_path / "out"), "--tokenizer", spec, "--unit-bytes", "8192"
+    )
     assert manifest.tokenizer.library == backend and manifest.num_units > 1
     eos = manifest.tokenizer.eot_id
     written = _records_as_documents(str(tmp_path / "out"), eos)
@@ -249,11 +278,15 @@ def _with_added_token(source: str, directory, content: str, *, special: bool) ->
     return str(directory / "tokenizer.json")
 
 
-@pytest.mark.parametrize("spec_of", [lambda bpe, tmp: bpe, lambda bpe, tmp: "gpt2"], ids=["tokenizers", "tiktoken"])
+@pytest.mark.parametrize(
+    "spec_of", [lambda bpe, tmp: bpe, lambda bpe, tmp: "gpt2"], ids=["tokenizers", "tiktoken"]
+)
 def test_boundary_tokens_must_be_special_tokens(bpe, tmp_path, spec_of):
     spec = spec_of(bpe, tmp_path)
     for flags in ({"eos_token": "e"}, {"bos_token": "e"}):
-        with pytest.raises(tokenization.TokenizerError, match="'e' .* is not a special token.*<\\|endoftext\\|>"):
+        with pytest.raises(
+            tokenization.TokenizerError, match="'e' .* is not a special token.*<\\|endoftext\\|>"
+        ):
             tokenization.load_tokenizer(spec, **flags)
 
 
@@ -263,7 +296,12 @@ def test_an_end_of_text_token_not_marked_special_is_refused_before_any_work(bpe,
 
     spec = _with_added_token(bpe, tmp_path / "plain", "<|endoftext|>", special=False)
     corpus = tmp_path / "web.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"page {i} quotes <|endoftext|> in its text"}) + "\n" for i in range(26)))
+    corpus.write_text(
+        "".join(
+            json.dumps({"text": f"page {i} quotes <|endoftext|> in its text"}) + "\n"
+            for i in range(26)
+        )
+    )
     with pytest.raises(PrepareError, match="'<\\|endoftext\\|>' .* is not a special token"):
         run_prepare([str(corpus)], str(tmp_path / "out"), "--tokenizer", spec)
     assert not os.path.exists(tmp_path / "out" / "manifest.json")
@@ -273,10 +311,16 @@ def test_a_bos_equal_to_the_eos_is_refused_by_prepare_and_by_readers(tmp_path):
     from pipeline.prepare.launcher import PrepareError
     from schemas.manifest import TokenizerInfo
 
-    with pytest.raises(PrepareError, match="BOS '<\\|endoftext\\|>' is also the EOS.*--bos-token none"):
-        run_prepare([str(write_stories(tmp_path))], str(tmp_path / "out"), "--bos-token", "<|endoftext|>")
+    with pytest.raises(
+        PrepareError, match="BOS '<\\|endoftext\\|>' is also the EOS.*--bos-token none"
+    ):
+        run_prepare(
+            [str(write_stories(tmp_path))], str(tmp_path / "out"), "--bos-token", "<|endoftext|>"
+        )
     with pytest.raises(ValueError, match="BOS id is its end-of-text id"):
-        TokenizerInfo(name="t", vocab_sha256="0" * 64, n_vocab=10, eot_id=3, tiktoken_version="", bos_id=3)
+        TokenizerInfo(
+            name="t", vocab_sha256="0" * 64, n_vocab=10, eot_id=3, tiktoken_version="", bos_id=3
+        )
 
 
 def write_stories(tmp_path):
@@ -294,7 +338,9 @@ def test_document_text_that_encodes_to_a_boundary_id_fails_the_run(tmp_path):
     from pipeline.prepare.launcher import PrepareError
 
     vocab = {"<": 0, "/": 1, "s": 2, ">": 3, "</": 4, "s>": 5, "</s>": 6, "a": 7}
-    model = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, [("<", "/"), ("s", ">"), ("</", "s>")]))
+    model = tokenizers.Tokenizer(
+        tokenizers.models.BPE(vocab, [("<", "/"), ("s", ">"), ("</", "s>")])
+    )
     model.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     model.add_special_tokens(["</s>"])
     path = str(tmp_path / "tokenizer.json")
@@ -315,7 +361,9 @@ def test_a_tiktoken_special_id_that_is_also_an_ordinary_rank_is_refused(bpe, tmp
     data = json.loads(open(spec).read())
     data["special_tokens"]["<|endoftext|>"] = 300  # a merged token's rank
     open(spec, "w").write(json.dumps(data))
-    with pytest.raises(tokenization.TokenizerError, match="id 300, which is also an ordinary token's rank"):
+    with pytest.raises(
+        tokenization.TokenizerError, match="id 300, which is also an ordinary token's rank"
+    ):
         tokenization.load_tokenizer(spec)
 
 
@@ -328,15 +376,31 @@ def test_the_lengths_index_finds_every_document_at_its_bos_in_small_records(bpe,
     from pipeline.load.lengths import SplitLengths
 
     spec = bpe if backend == "tokenizers" else write_tiktoken_spec(bpe, str(tmp_path / "tt"))
-    texts = [f"story {i} says <s> and </s> and <|endoftext|> " + "word " * (i % 30) for i in range(26)]
+    texts = [
+        f"story {i} says <s> and </s> and <|endoftext|> " + "word " * (i % 30) for i in range(26)
+    ]
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     out = str(tmp_path / "out")
-    manifest = run_prepare([str(corpus)], out, "--tokenizer", spec, "--bos-token", "<s>", "--eos-token", "</s>",
-                           "--record-tokens", "16")
+    manifest = run_prepare(
+        [str(corpus)],
+        out,
+        "--tokenizer",
+        spec,
+        "--bos-token",
+        "<s>",
+        "--eos-token",
+        "</s>",
+        "--record-tokens",
+        "16",
+    )
     assert manifest.totals["train"].documents == 26 and manifest.totals["train"].records > 26
     lengths = SplitLengths.of(out, read_manifest(out), "train")
-    documents = np.split(np.concatenate(read_split(out)), np.cumsum(np.concatenate(lengths.docs))[:-1])
+    documents = np.split(
+        np.concatenate(read_split(out)), np.cumsum(np.concatenate(lengths.docs))[:-1]
+    )
     assert len(documents) == 26
     bos, eos = SPECIALS.index("<s>"), SPECIALS.index("</s>")
-    assert all(d[0] == bos and d[-1] == eos and bos not in d[1:] and eos not in d[:-1] for d in documents)
+    assert all(
+        d[0] == bos and d[-1] == eos and bos not in d[1:] and eos not in d[:-1] for d in documents
+    )

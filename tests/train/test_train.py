@@ -3,7 +3,6 @@ and a two-process run."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -15,29 +14,25 @@ import numpy as np
 import pytest
 
 from support.runs import REPO
-from model.config import preset
+from support.training import small_config
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.run_tokenizer import TOKENIZER_NAME
 from train.sample import sample
 from train.trainer import train
 
-SMALL = dict(width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-
 
 def _config(stories_dataset: str, workdir: str, **overrides) -> TrainConfig:
-    base = TrainConfig(
-        data=stories_dataset, workdir=workdir, model=preset("tiny", **SMALL), steps=8, batch_size=4, seq_len=32,
-        warmup_steps=2, learning_rate=3e-3, checkpoint_every=4, eval_every=4, eval_batches=2,
-    )
-    return dataclasses.replace(base, **overrides)
+    return small_config(stories_dataset, workdir, **{"eval_batches": 2, **overrides})
 
 
 def _losses(workdir: str) -> tuple[list[float], list[float]]:
     rows = read_rows(os.path.join(workdir, METRICS_NAME))
     steps = [r["step"] for r in rows if "loss" in r]
     assert steps == sorted(set(steps)), "every step is logged once"
-    return [r["loss"] for r in rows if "loss" in r], [r["eval_loss"] for r in rows if "eval_loss" in r]
+    return [r["loss"] for r in rows if "loss" in r], [
+        r["eval_loss"] for r in rows if "eval_loss" in r
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +60,9 @@ def test_resume_continues_exactly_as_an_uninterrupted_run(stories_dataset, unint
 @pytest.mark.integration
 def test_resume_after_a_crash_past_the_last_checkpoint(stories_dataset, uninterrupted, tmp_path):
     workdir = str(tmp_path / "run")
-    train(_config(stories_dataset, workdir, steps=6, decay_steps=8))  # checkpoints at 4 and 6 (the last)
+    train(
+        _config(stories_dataset, workdir, steps=6, decay_steps=8)
+    )  # checkpoints at 4 and 6 (the last)
     # As if the run died after logging step 6 but before its checkpoint landed.
     shutil.rmtree(os.path.join(workdir, "checkpoints", "6"))
     result = train(_config(stories_dataset, workdir, decay_steps=8))
@@ -106,19 +103,36 @@ def test_sample_needs_only_the_workdir(stories_dataset, tmp_path):
     path = os.path.join(workdir, TOKENIZER_NAME)
     with open(path) as f:
         record = json.load(f)
-    assert (record["load_as"], record["info"]["name"], record["info"]["n_vocab"]) == ("gpt2", "gpt2", 50257)
+    assert (record["load_as"], record["info"]["name"], record["info"]["n_vocab"]) == (
+        "gpt2",
+        "gpt2",
+        50257,
+    )
     record["info"]["vocab_sha256"] = "0" * 64
     with open(path, "w") as f:
         json.dump(record, f)
-    with pytest.raises(ValueError, match="tokenizer .gpt2. now has identity [0-9a-f]{12}, not the run's 000000000000"):
+    with pytest.raises(
+        ValueError,
+        match="tokenizer .gpt2. now has identity [0-9a-f]{12}, not the run's 000000000000",
+    ):
         sample(workdir, "Once upon a time", max_tokens=8)
 
 
 @pytest.mark.integration
 def test_cli_errors_are_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "train", "--data", str(tmp_path / "nothing"), "--workdir", str(tmp_path / "w")],
-        cwd=REPO, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "--data",
+            str(tmp_path / "nothing"),
+            "--workdir",
+            str(tmp_path / "w"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("train: error:")
@@ -145,21 +159,55 @@ def test_two_processes_train_one_model_from_their_own_parts(stories_dataset, tmp
     port = _free_port()
     workdir = str(tmp_path / "run")
     common = [
-        sys.executable, "-m", "train", "--data", stories_dataset, "--workdir", workdir, "--steps", "6",
-        "--batch-size", "4", "--seq-len", "32", "--width", "32", "--layers", "1", "--heads", "2",
-        "--checkpoint-every", "3", "--eval-every", "3", "--eval-batches", "1",
-        "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+        sys.executable,
+        "-m",
+        "train",
+        "--data",
+        stories_dataset,
+        "--workdir",
+        workdir,
+        "--steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+        "--width",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--checkpoint-every",
+        "3",
+        "--eval-every",
+        "3",
+        "--eval-batches",
+        "1",
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
     ]
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
     procs = [
-        subprocess.Popen([*common, "--process-id", str(i)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*common, "--process-id", str(i)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
+    for p, (_, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-3000:]
-    digests = [next(line.split()[-1] for line in out.splitlines() if "params sha256" in line) for out, _ in outputs]
+    digests = [
+        next(line.split()[-1] for line in out.splitlines() if "params sha256" in line)
+        for out, _ in outputs
+    ]
     assert digests[0] == digests[1]
     assert "process 0" in outputs[0][0] and "process 1" in outputs[1][0]
     rows = read_rows(os.path.join(workdir, METRICS_NAME))
@@ -181,7 +229,9 @@ def test_a_resume_on_other_data_is_refused_naming_the_source(stories_dataset, tm
     manifest["skipped"] = {**manifest["skipped"], "empty": manifest["skipped"].get("empty", 0) + 1}
     with open(path, "w") as f:
         json.dump(manifest, f)
-    with pytest.raises(ValueError, match="source .data. is not the data the checkpoint at step 3 was trained on"):
+    with pytest.raises(
+        ValueError, match="source .data. is not the data the checkpoint at step 3 was trained on"
+    ):
         train(_config(data, workdir, steps=4, decay_steps=3))
 
 

@@ -4,7 +4,6 @@ data=4,model=2 mesh; through the trainer, the same metrics and an exact resume."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -13,10 +12,11 @@ import sys
 import jax
 import numpy as np
 import pytest
-from support.runs import REPO
 
-from model.config import GPTConfig, preset
+from model.config import GPTConfig
 from schemas.errors import SettingError
+from support.runs import REPO
+from support.training import small_config
 from train.config import TrainConfig
 from train.mesh import global_batch, make_mesh, parse_mesh
 from train.metrics import METRICS_NAME, read_rows
@@ -38,25 +38,40 @@ def batches(packing: str) -> list[dict[str, np.ndarray]]:
         if packing == "document":
             real = rng.integers(1, SEQ + 1, BATCH)
             segments = (np.arange(SEQ)[None] < real[:, None]).astype(np.int32)
-            batch.update(segment_ids=segments, positions=np.arange(SEQ, dtype=np.int32)[None] * segments)
+            batch.update(
+                segment_ids=segments, positions=np.arange(SEQ, dtype=np.int32)[None] * segments
+            )
         out.append(batch)
     return out
 
 
 def run_steps(packing: str, accumulation: int, mesh_text: str = "") -> dict[str, list]:
     """Losses and gradient norms of STEPS steps, and every parameter after them."""
-    config = TrainConfig(data="-", workdir="-", model=SMALL, seq_len=SEQ, batch_size=BATCH, warmup_steps=0,
-                         learning_rate=1e-2, gradient_accumulation_steps=accumulation)
+    config = TrainConfig(
+        data="-",
+        workdir="-",
+        model=SMALL,
+        seq_len=SEQ,
+        batch_size=BATCH,
+        warmup_steps=0,
+        learning_rate=1e-2,
+        gradient_accumulation_steps=accumulation,
+    )
     mesh = make_mesh(parse_mesh(mesh_text))
     model, optimizer = build(config, mesh)
     steps = Steps(model, optimizer, micro_batches=accumulation)
     arrays, losses, norms = steps.arrays, [], []
     with jax.set_mesh(mesh):
         for step, batch in enumerate(batches(packing), start=1):
-            arrays, metrics = steps.train(arrays, global_batch(batch, mesh), jax.random.key(0), np.int32(step))
+            arrays, metrics = steps.train(
+                arrays, global_batch(batch, mesh), jax.random.key(0), np.int32(step)
+            )
             losses.append(float(metrics["loss"]))
             norms.append(float(metrics["grad_norm"]))
-        params = [np.asarray(jax.device_get(p)).tolist() for p in jax.tree.leaves(steps.nodes(arrays)["model"])]
+        params = [
+            np.asarray(jax.device_get(p)).tolist()
+            for p in jax.tree.leaves(steps.nodes(arrays)["model"])
+        ]
     return {"losses": losses, "norms": norms, "params": params}
 
 
@@ -92,10 +107,19 @@ print(json.dumps({f"{packing} {n}": run_steps(packing, n, "data=4,model=2")
 
 @pytest.mark.integration
 def test_micro_batches_compute_the_unsplit_step_on_a_data4_model2_mesh(unsplit):
-    """Each micro-batch takes rows from every data shard: 16 rows, 4 per shard, 1 or 2 per micro-batch."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    result = subprocess.run([sys.executable, "-c", _ON_A_MESH], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=600)
+    """Each micro-batch takes rows from every data shard: 16 rows, 4 per shard, 1 or 2 per
+    micro-batch."""
+    env = dict(
+        os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _ON_A_MESH],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.splitlines()[-1])
     for name, run in runs.items():
@@ -103,10 +127,8 @@ def test_micro_batches_compute_the_unsplit_step_on_a_data4_model2_mesh(unsplit):
 
 
 def _config(data: str, workdir: str, **overrides) -> TrainConfig:
-    model = preset("tiny", width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-    base = TrainConfig(data=data, workdir=workdir, model=model, steps=6, batch_size=4, seq_len=32, warmup_steps=2,
-                       learning_rate=3e-3, checkpoint_every=3, eval_every=3, eval_batches=1, packing="document")
-    return dataclasses.replace(base, **overrides)
+    six_steps = {"steps": 6, "checkpoint_every": 3, "eval_every": 3, "packing": "document"}
+    return small_config(data, workdir, **{**six_steps, **overrides})
 
 
 def _rows(workdir: str) -> list[dict]:
@@ -114,7 +136,9 @@ def _rows(workdir: str) -> list[dict]:
 
 
 @pytest.mark.integration
-def test_the_trainer_with_micro_batches_logs_the_unsplit_run_and_resumes_exactly(stories_dataset, tmp_path):
+def test_the_trainer_with_micro_batches_logs_the_unsplit_run_and_resumes_exactly(
+    stories_dataset, tmp_path
+):
     whole = train(_config(stories_dataset, str(tmp_path / "whole")))
     split = str(tmp_path / "split")
     train(_config(stories_dataset, split, gradient_accumulation_steps=2, steps=3, decay_steps=6))
@@ -137,5 +161,6 @@ def test_micro_batches_must_divide_the_batch(tmp_path):
     with pytest.raises(SettingError) as error:
         _config("-", str(tmp_path / "run"), gradient_accumulation_steps=3)
     assert str(error.value) == (
-        "gradient_accumulation_steps must divide batch_size (got gradient_accumulation_steps=3, batch_size=4)"
+        "gradient_accumulation_steps must divide batch_size "
+        "(got gradient_accumulation_steps=3, batch_size=4)"
     )

@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
-from support.synthetic import write_prepared
 
 from model.config import preset
+from support.synthetic import write_prepared
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.trainer import train
@@ -20,13 +20,16 @@ WEIGHTS = {"web": 0.75, "stories": 0.25}
 
 
 def _source(path: str, ids: tuple[int, int], seed: int) -> str:
-    """A prepared directory whose tokens all lie in `ids`: its rows are told apart from the other's."""
+    """A prepared directory whose tokens all lie in `ids`: its rows are told apart from the
+    other's."""
     rng = np.random.default_rng(seed)
 
     def documents(n: int) -> list[np.ndarray]:
         return [rng.integers(*ids, int(rng.integers(10, 80))) for _ in range(n)]
 
-    write_prepared(path, {"train": documents(400), "validation": documents(40)}, n_vocab=512, record_tokens=64)
+    write_prepared(
+        path, {"train": documents(400), "validation": documents(40)}, n_vocab=512, record_tokens=64
+    )
     return path
 
 
@@ -39,9 +42,22 @@ def spec(tmp_path_factory) -> str:
 
 
 def _config(spec: str, workdir: str, **overrides) -> TrainConfig:
-    model = preset("tiny", vocab_size=512, width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-    base = TrainConfig(data=spec, workdir=workdir, model=model, steps=12, batch_size=8, seq_len=32, warmup_steps=2,
-                       learning_rate=3e-3, checkpoint_every=6, eval_every=6, eval_batches=2)
+    model = preset(
+        "tiny", vocab_size=512, width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32
+    )
+    base = TrainConfig(
+        data=spec,
+        workdir=workdir,
+        model=model,
+        steps=12,
+        batch_size=8,
+        seq_len=32,
+        warmup_steps=2,
+        learning_rate=3e-3,
+        checkpoint_every=6,
+        eval_every=6,
+        eval_batches=2,
+    )
     return dataclasses.replace(base, **overrides)
 
 
@@ -58,8 +74,11 @@ def test_a_mixture_logs_per_source_eval_losses_and_realized_shares(spec, tmp_pat
     assert evals[-1]["eval_loss/stories"] < evals[-1]["eval_loss/web"]
     steps = [r for r in rows if "loss" in r]
     assert len(steps) == 12
-    assert all(r["source_share/web"] + r["source_share/stories"] == pytest.approx(1.0) for r in steps)
-    # Cumulative over 12 x 8 x 32 target tokens; the mixture interleaves whole records of up to 64 tokens.
+    assert all(
+        r["source_share/web"] + r["source_share/stories"] == pytest.approx(1.0) for r in steps
+    )
+    # Cumulative over 12 x 8 x 32 target tokens; the mixture interleaves whole records of up to 64
+    # tokens.
     for name, weight in WEIGHTS.items():
         assert result[f"source_share/{name}"] == pytest.approx(weight, abs=0.05)
 
@@ -70,6 +89,12 @@ def test_a_resumed_mixture_counts_from_where_it_stopped(spec, tmp_path):
     split = str(tmp_path / "split")
     train(_config(spec, split, steps=6, decay_steps=12))
     train(_config(spec, split, decay_steps=12))
-    shares = [[r.get(f"source_share/{n}") for n in WEIGHTS] for r in read_rows(os.path.join(whole, METRICS_NAME))]
-    resumed = [[r.get(f"source_share/{n}") for n in WEIGHTS] for r in read_rows(os.path.join(split, METRICS_NAME))]
+    shares = [
+        [r.get(f"source_share/{n}") for n in WEIGHTS]
+        for r in read_rows(os.path.join(whole, METRICS_NAME))
+    ]
+    resumed = [
+        [r.get(f"source_share/{n}") for n in WEIGHTS]
+        for r in read_rows(os.path.join(split, METRICS_NAME))
+    ]
     assert resumed == shares

@@ -9,9 +9,9 @@ import re
 import shutil
 
 import pytest
-from support.runs import run_command, run_prepare
 
 from pipeline.corpus import write_corpus
+from support.runs import run_command, run_prepare
 from train.cli import main
 from train.metrics import METRICS_NAME, read_rows
 
@@ -39,19 +39,38 @@ def _train_rows(workdir: str) -> list[dict]:
 @pytest.mark.integration
 def test_a_finished_run_extends_with_more_steps_keeping_its_schedule(prepared, tmp_path, capsys):
     workdir = str(tmp_path / "run")
-    code, _, err = _run(capsys, "--data", prepared, "--workdir", workdir, "--steps", "20", *SIZE,
-                        "--learning-rate", "3e-3", "--checkpoint-every", "100")
+    code, _, err = _run(
+        capsys,
+        "--data",
+        prepared,
+        "--workdir",
+        workdir,
+        "--steps",
+        "20",
+        *SIZE,
+        "--learning-rate",
+        "3e-3",
+        "--checkpoint-every",
+        "100",
+    )
     assert code == 0, err
     # Only --steps: everything else, --data included, comes from the saved run.
     code, out, err = _run(capsys, "--workdir", workdir, "--steps", "40")
     assert code == 0, err
-    assert ("train: --steps 40: the learning-rate schedule keeps the saved run's horizon at step 20, "
-            "then stays at its minimum; --decay-steps sets another") in out
+    assert (
+        "train: --steps 40: the learning-rate schedule keeps the saved run's horizon at step 20, "
+        "then stays at its minimum; --decay-steps sets another"
+    ) in out
     rows = _train_rows(workdir)
     assert [r["step"] for r in rows] == list(range(1, 41))
     with open(os.path.join(workdir, "config.json")) as f:
         saved = json.load(f)
-    assert (saved["steps"], saved["decay_steps"], saved["warmup_steps"], saved["batch_size"]) == (40, 20, 2, 4)
+    assert (saved["steps"], saved["decay_steps"], saved["warmup_steps"], saved["batch_size"]) == (
+        40,
+        20,
+        2,
+        4,
+    )
     assert all(r["lr"] == pytest.approx(saved["min_learning_rate"]) for r in rows[20:])
     assert rows[10]["lr"] > saved["min_learning_rate"] * 2
 
@@ -62,7 +81,10 @@ def test_decay_steps_on_resume_sets_a_new_horizon(prepared, tmp_path, capsys):
     assert _run(capsys, "--data", prepared, "--workdir", workdir, "--steps", "10", *SIZE)[0] == 0
     code, out, err = _run(capsys, "--workdir", workdir, "--steps", "20", "--decay-steps", "30")
     assert code == 0, err
-    assert "train: --decay-steps 30: the learning-rate schedule's horizon moves from step 10 to step 30" in out
+    assert (
+        "train: --decay-steps 30: the learning-rate schedule's horizon moves from step 10 "
+        "to step 30" in out
+    )
     rows = _train_rows(workdir)
     assert rows[-1]["step"] == 20 and rows[-1]["lr"] > 2e-4  # still decaying towards step 30
 
@@ -85,22 +107,41 @@ def finished(prepared, tmp_path_factory) -> str:
         (["--grad-clip", "0.5"], "--grad-clip 0.5 differs from the saved run's 1.0"),
         (["--weight-decay", "0"], "--weight-decay 0.0 differs from the saved run's 0.1"),
         (["--beta2", "0.99"], "--beta2 0.99 differs from the saved run's 0.95"),
-        (["--min-learning-rate", "0"], "--min-learning-rate 0.0 differs from the saved run's 0.0001"),
+        (
+            ["--min-learning-rate", "0"],
+            "--min-learning-rate 0.0 differs from the saved run's 0.0001",
+        ),
     ],
 )
 def test_a_given_setting_must_match_the_saved_run(finished, capsys, flags, message):
     code, _, err = _run(capsys, "--workdir", finished, "--steps", "4", *flags)
     assert code == 2
-    assert err.strip().splitlines() == [f"train: error: {message}; drop the flag or use another --workdir"]
+    assert err.strip().splitlines() == [
+        f"train: error: {message}; drop the flag or use another --workdir"
+    ]
     assert len(_train_rows(finished)) == 2
 
 
 @pytest.mark.integration
-def test_given_settings_equal_to_the_saved_ones_and_cadence_flags_resume(prepared, finished, tmp_path, capsys):
+def test_given_settings_equal_to_the_saved_ones_and_cadence_flags_resume(
+    prepared, finished, tmp_path, capsys
+):
     workdir = str(tmp_path / "run")
     shutil.copytree(finished, workdir)
-    code, _, err = _run(capsys, "--data", prepared, "--workdir", workdir, "--steps", "3", *SIZE,
-                        "--log-every", "3", "--eval-every", "5")
+    code, _, err = _run(
+        capsys,
+        "--data",
+        prepared,
+        "--workdir",
+        workdir,
+        "--steps",
+        "3",
+        *SIZE,
+        "--log-every",
+        "3",
+        "--eval-every",
+        "5",
+    )
     assert code == 0, err
     assert [r["step"] for r in _train_rows(workdir)] == [1, 2, 3]
 
@@ -112,20 +153,49 @@ def test_a_new_run_needs_data(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_the_optimizer_settings_have_flags_with_their_defaults_and_are_saved(prepared, tmp_path, capsys):
+def test_the_optimizer_settings_have_flags_with_their_defaults_and_are_saved(
+    prepared, tmp_path, capsys
+):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for flag, shown in [("--grad-clip", "1.0"), ("--weight-decay", "0.1"), ("--beta2", "0.95"),
-                        ("--min-learning-rate", "0.0001")]:
-        assert re.search(rf"{flag} [A-Z0-9_]+ (?:(?! --).)*\(default: {re.escape(shown)}\)", text), flag
+    for flag, shown in [
+        ("--grad-clip", "1.0"),
+        ("--weight-decay", "0.1"),
+        ("--beta2", "0.95"),
+        ("--min-learning-rate", "0.0001"),
+    ]:
+        assert re.search(
+            rf"{flag} [A-Z0-9_]+ (?:(?! --).)*\(default: {re.escape(shown)}\)", text
+        ), flag
     workdir = str(tmp_path / "run")
-    code, _, err = _run(capsys, "--data", prepared, "--workdir", workdir, "--steps", "2", *SIZE, "--grad-clip", "0.5",
-                        "--weight-decay", "0.01", "--beta2", "0.99", "--min-learning-rate", "1e-5")
+    code, _, err = _run(
+        capsys,
+        "--data",
+        prepared,
+        "--workdir",
+        workdir,
+        "--steps",
+        "2",
+        *SIZE,
+        "--grad-clip",
+        "0.5",
+        "--weight-decay",
+        "0.01",
+        "--beta2",
+        "0.99",
+        "--min-learning-rate",
+        "1e-5",
+    )
     assert code == 0, err
     with open(os.path.join(workdir, "config.json")) as f:
         saved = json.load(f)
-    assert (saved["grad_clip"], saved["weight_decay"], saved["beta2"], saved["min_learning_rate"]) == (0.5, 0.01, 0.99, 1e-5)
+    assert (
+        saved["grad_clip"],
+        saved["weight_decay"],
+        saved["beta2"],
+        saved["min_learning_rate"],
+    ) == (0.5, 0.01, 0.99, 1e-5)
     # Resumed without them, the saved values hold; given again equal, they are accepted.
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "3", "--beta2", "0.99")
     assert code == 0, err
@@ -139,8 +209,12 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
     # other batches) has no version. Resuming on it would train on other data than the run's.
     workdir = str(tmp_path / "run")
     shutil.copytree(finished, workdir)
-    states = [os.path.join(root, name) for root, _, names in os.walk(os.path.join(workdir, "checkpoints"))
-              for name in names if name.startswith("process_") and name.endswith(".json")]
+    states = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(os.path.join(workdir, "checkpoints"))
+        for name in names
+        if name.startswith("process_") and name.endswith(".json")
+    ]
     assert states
     for path in states:
         with open(path) as f:
@@ -151,7 +225,9 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "4")
     assert code == 1
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0], err
+    assert (
+        len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0]
+    ), err
     assert len(_train_rows(workdir)) == 2
 
 
@@ -160,7 +236,10 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
 def test_a_finished_run_says_so_and_changes_nothing(finished, tmp_path, capsys, steps):
     workdir = str(tmp_path / "run")
     shutil.copytree(finished, workdir)
-    before = {name: open(os.path.join(workdir, name), "rb").read() for name in ("config.json", METRICS_NAME)}
+    before = {
+        name: open(os.path.join(workdir, name), "rb").read()
+        for name in ("config.json", METRICS_NAME)
+    }
     code, out, err = _run(capsys, "--workdir", workdir, "--steps", steps)
     assert code == 0, err
     past = " of 2" if steps == "2" else ", past --steps 1"

@@ -11,31 +11,53 @@ from train.config import TrainConfig
 from train.errors import TrainUsageError
 from train.settings import resolve
 
-SAVED = TrainConfig(data="-", workdir="w", model=preset("tiny"), steps=10, warmup_steps=1, remat="full",
-                    gradient_accumulation_steps=2, tensorboard=False, profile_steps=3, profile_skip_steps=2)
+SAVED = TrainConfig(
+    data="-",
+    workdir="w",
+    model=preset("tiny"),
+    steps=10,
+    warmup_steps=1,
+    remat="full",
+    gradient_accumulation_steps=2,
+    tensorboard=False,
+    profile_steps=3,
+    profile_skip_steps=2,
+)
 
 
 def test_how_the_step_computes_and_what_the_run_records_are_free_on_resume():
-    given = {"workdir": "w", "remat": "dots", "gradient_accumulation_steps": 4, "tensorboard": True,
-             "profile_steps": 1}
+    given = {
+        "workdir": "w",
+        "remat": "dots",
+        "gradient_accumulation_steps": 4,
+        "tensorboard": True,
+        "profile_steps": 1,
+    }
     config, notes = resolve(given, SAVED)
-    assert (config.remat, config.gradient_accumulation_steps, config.tensorboard) == ("dots", 4, True)
+    computation = (config.remat, config.gradient_accumulation_steps, config.tensorboard)
+    assert computation == ("dots", 4, True)
     assert (config.profile_steps, config.profile_skip_steps) == (1, 1)
     assert notes == []
 
 
 def test_a_resume_keeps_the_saved_computation_but_not_its_profile():
     config, _ = resolve({"workdir": "w"}, SAVED)
-    assert (config.remat, config.gradient_accumulation_steps, config.tensorboard) == ("full", 2, False)
-    assert (config.profile_steps, config.profile_skip_steps) == (0, 1)  # a new start traces nothing unasked
+    computation = (config.remat, config.gradient_accumulation_steps, config.tensorboard)
+    assert computation == ("full", 2, False)
+    # A new start traces nothing unasked.
+    assert (config.profile_steps, config.profile_skip_steps) == (0, 1)
 
 
 def test_what_the_step_computes_must_match_on_resume():
-    with pytest.raises(TrainUsageError, match=r"^--learning-rate 0.01 differs from the saved run's 0.001"):
+    with pytest.raises(
+        TrainUsageError, match=r"^--learning-rate 0.01 differs from the saved run's 0.001"
+    ):
         resolve({"workdir": "w", "learning_rate": 0.01}, SAVED)
 
 
-@pytest.mark.parametrize("argv, remat", [([], None), (["--remat"], "full"), (["--remat", "dots"], "dots"),
-                                         (["--remat=none"], "none")])
+@pytest.mark.parametrize(
+    "argv, remat",
+    [([], None), (["--remat"], "full"), (["--remat", "dots"], "dots"), (["--remat=none"], "none")],
+)
 def test_remat_alone_is_full(argv, remat):
     assert cli.parser().parse_args(["--workdir", "w", *argv]).remat == remat

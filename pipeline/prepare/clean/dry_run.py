@@ -11,8 +11,8 @@ import collections
 
 from pipeline.prepare.clean.removals import read_removal_list
 from pipeline.prepare.clean.unit_fingerprints import SAMPLES_PER_REASON, read_fingerprints
-from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.run_context import RunContext
+from pipeline.prepare.units import WorkUnit
 
 
 def dry_run_report(context: RunContext, units: list[WorkUnit]) -> str:

@@ -28,7 +28,9 @@ def edits_path(output_dir: str, unit: int) -> str:
 def write_edits(output_dir: str, unit: int, edits: list[list]) -> None:
     """`[number, text]` of each changed document."""
     data = json.dumps(edits, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    storage.write_bytes_atomic(edits_path(output_dir, unit), zstandard.ZstdCompressor().compress(data))
+    storage.write_bytes_atomic(
+        edits_path(output_dir, unit), zstandard.ZstdCompressor().compress(data)
+    )
 
 
 def read_edits(output_dir: str, unit: int) -> dict[int, str]:
@@ -40,7 +42,9 @@ def read_edits(output_dir: str, unit: int) -> dict[int, str]:
     return {number: text for number, text in json.loads(data.decode("utf-8", "surrogatepass"))}
 
 
-def edited_documents(numbered: Iterable[tuple[int, Read]], edits: dict[int, str], limit: int) -> Iterator[tuple[int, Read]]:
+def edited_documents(
+    numbered: Iterable[tuple[int, Read]], edits: dict[int, str], limit: int
+) -> Iterator[tuple[int, Read]]:
     """`numbered` (see `unit_documents`) with the changed documents' texts; a changed cut document
     is yielded once, whole or cut again at `limit` bytes, in place of its pieces."""
     for first, read in numbered:
@@ -56,10 +60,20 @@ def edited_documents(numbered: Iterable[tuple[int, Read]], edits: dict[int, str]
             yield first, DocumentRun(texts, read.locations, read.ids)
 
 
-def _cut_again(number: int, text: str, first: DocumentPiece, limit: int) -> Iterator[tuple[int, Read]]:
+def _cut_again(
+    number: int, text: str, first: DocumentPiece, limit: int
+) -> Iterator[tuple[int, Read]]:
     if not is_long(text, limit):
         ids = None if first.id is None else [first.id]
         yield number, DocumentRun([text], [first.location], ids)
         return
     for i, piece in enumerate(pieces_of(text.encode("utf-8", "surrogatepass"), limit)):
-        yield number, DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0, location=first.location, id=first.id)
+        yield (
+            number,
+            DocumentPiece(
+                piece.decode("utf-8", "surrogatepass"),
+                first=i == 0,
+                location=first.location,
+                id=first.id,
+            ),
+        )

@@ -29,7 +29,9 @@ def add_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     indices = np.concatenate([i for i, _ in parts] or [np.zeros(0, dtype=np.int64)])
     counts = np.concatenate([c for _, c in parts] or [np.zeros(0, dtype=np.int64)])
     unique, inverse = np.unique(indices, return_inverse=True)
-    return unique.astype(np.int64), np.bincount(inverse, weights=counts, minlength=len(unique)).astype(np.int64)
+    return unique.astype(np.int64), np.bincount(
+        inverse, weights=counts, minlength=len(unique)
+    ).astype(np.int64)
 
 
 def write_eval_matches(output_dir: str, total: tuple[np.ndarray, np.ndarray]) -> None:
@@ -41,8 +43,12 @@ def write_eval_matches(output_dir: str, total: tuple[np.ndarray, np.ndarray]) ->
 
 
 def read_eval_matches(output_dir: str) -> tuple[np.ndarray, np.ndarray]:
-    """What `write_eval_matches` kept: each matched eval n-gram's index and its count of documents."""
-    with storage.open_raw(eval_matches_path(output_dir)) as f, np.load(io.BytesIO(f.read())) as arrays:
+    """What `write_eval_matches` kept: each matched eval n-gram's index and its count of
+    documents."""
+    with (
+        storage.open_raw(eval_matches_path(output_dir)) as f,
+        np.load(io.BytesIO(f.read())) as arrays,
+    ):
         return arrays["indices"], arrays["counts"]
 
 

@@ -74,11 +74,14 @@ def _json_lines(path: str, text: str) -> Iterator[str]:
             try:
                 yield from _strings(json.loads(line))
             except json.JSONDecodeError as e:
-                raise EvalSetError(f"{path}: line {number} is not JSON ({e}); fix or remove the line") from None
+                raise EvalSetError(
+                    f"{path}: line {number} is not JSON ({e}); fix or remove the line"
+                ) from None
 
 
 def examples(path: str, separator: str) -> Iterator[str]:
-    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the format."""
+    """The file's examples (see the module's docstring); the name, less `.gz`/`.zst`, says the
+    format."""
     name = path.lower().removesuffix(".gz").removesuffix(".zst")
     if name.endswith(".parquet"):
         for row in pq.read_table(io.BytesIO(_contents(path))).to_pylist():
@@ -105,7 +108,8 @@ class EvalFileStats:
 
 
 def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, EvalFileStats]:
-    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can match."""
+    """The file's distinct n-gram hashes, sorted; refuses a file none of whose examples can
+    match."""
     hashes, count = [], 0
     for example in examples(path, separator):
         if example.strip():
@@ -114,8 +118,8 @@ def _file_ngrams(path: str, ngram: int, separator: str) -> tuple[np.ndarray, Eva
     unique = np.unique(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
     if not count:
         raise EvalSetError(
-            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a text file); "
-            "check the file, or its name's suffix, which says how it is read"
+            f"{path}: no eval example in it (no string in a JSON or Parquet file, no text in a "
+            "text file); check the file, or its name's suffix, which says how it is read"
         )
     if not len(unique):
         raise EvalSetError(
@@ -133,7 +137,10 @@ class EvalSet:
         per_file = [_file_ngrams(path, ngram, separator) for path in paths]
         self.stats = tuple(stats for _, stats in per_file)
         hashes = np.concatenate([h for h, _ in per_file] or [np.zeros(0, dtype=np.uint64)])
-        files = np.concatenate([np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)] or [np.zeros(0, np.int32)])
+        files = np.concatenate(
+            [np.full(len(h), i, dtype=np.int32) for i, (h, _) in enumerate(per_file)]
+            or [np.zeros(0, np.int32)]
+        )
         order = np.lexsort((files, hashes))
         hashes, files = hashes[order], files[order]
         first = np.ones(len(hashes), dtype=bool)
@@ -153,17 +160,22 @@ class EvalSet:
 
 
 @functools.cache
-def eval_set(paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]) -> EvalSet:
+def eval_set(
+    paths: tuple[str, ...], ngram: int, separator: str, digests: tuple[str, ...]
+) -> EvalSet:
     """Loaded once per worker process; refuses eval files changed since the launcher hashed them."""
     for path, expected in zip(paths, digests):
         if file_sha256(path) != expected:
             raise EvalSetError(
-                f"{path} changed since this run started (sha256 {expected}); rerun to decontaminate against it as it is now"
+                f"{path} changed since this run started (sha256 {expected}); rerun to "
+                "decontaminate against it as it is now"
             )
     return EvalSet(paths, ngram, separator)
 
 
-def ngram_texts(paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]) -> dict[int, str]:
+def ngram_texts(
+    paths: tuple[str, ...], ngram: int, separator: str, wanted: set[int]
+) -> dict[int, str]:
     """The words of the eval n-grams whose hashes are `wanted` (as they are compared: case-folded),
     from their first occurrence in the files."""
     found: dict[int, str] = {}

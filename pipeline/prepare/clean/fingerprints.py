@@ -28,7 +28,9 @@ def normalized(text: str) -> str:
 
 def exact_key(text: str) -> bytes:
     """16 bytes of BLAKE2b of the normalized text: collisions stay improbable at 10^12 documents."""
-    return hashlib.blake2b(normalized(text).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return hashlib.blake2b(
+        normalized(text).encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
 
 
 class ExactKey:
@@ -42,7 +44,9 @@ class ExactKey:
     def update(self, piece: str) -> None:
         text = normalized(piece)
         if text:
-            self._hash.update((text if self._empty else " " + text).encode("utf-8", "surrogatepass"))
+            self._hash.update(
+                (text if self._empty else " " + text).encode("utf-8", "surrogatepass")
+            )
             self._empty = False
 
     def digest(self) -> bytes:
@@ -56,7 +60,9 @@ def words(text: str) -> list[str]:
 
 def word_hashes(text: str) -> np.ndarray:
     found = words(text)
-    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, found)), dtype=np.uint64, count=len(found))
+    return np.fromiter(
+        map(xxhash.xxh3_64_intdigest, map(str.encode, found)), dtype=np.uint64, count=len(found)
+    )
 
 
 def ngram_hashes(words: np.ndarray, n: int) -> np.ndarray:
@@ -105,8 +111,12 @@ class MinHasher:
     def __init__(self, ngram: int, bands: int, rows: int):
         self.ngram, self.bands, self.rows = ngram, bands, rows
         count = np.uint64(bands * rows)
-        self._multipliers = (splitmix64(np.arange(count, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32) | np.uint32(1)
-        self._offsets = (splitmix64(np.arange(count, 2 * count, dtype=np.uint64)) >> np.uint64(32)).astype(np.uint32)
+        self._multipliers = (splitmix64(np.arange(count, dtype=np.uint64)) >> np.uint64(32)).astype(
+            np.uint32
+        ) | np.uint32(1)
+        self._offsets = (
+            splitmix64(np.arange(count, 2 * count, dtype=np.uint64)) >> np.uint64(32)
+        ).astype(np.uint32)
 
     def empty(self) -> np.ndarray:
         return np.full(self.bands * self.rows, np.iinfo(np.uint32).max, dtype=np.uint32)
@@ -131,7 +141,9 @@ class MinHasher:
         """(documents, bands) keys, one per band of each signature; a band's index is part of its
         key, so equal keys mean equal rows in the same band."""
         bands = signatures.reshape(len(signatures), self.bands, self.rows)
-        keys = np.broadcast_to(np.arange(self.bands, dtype=np.uint64), (len(signatures), self.bands)).copy()
+        keys = np.broadcast_to(
+            np.arange(self.bands, dtype=np.uint64), (len(signatures), self.bands)
+        ).copy()
         for row in range(self.rows):
             keys = splitmix64(keys ^ bands[:, :, row].astype(np.uint64))
         return keys

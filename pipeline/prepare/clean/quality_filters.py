@@ -2,9 +2,10 @@
 
 The rules are datatrove's (Gopher quality and repetition, C4, FineWeb), called as its pipeline calls
 them: one `Document` passed through the filters in the order asked for, the first that returns
-False removing it (its words split once for them all: see `shared_words`). A removal's reason is `filter:NAME:REASON`, REASON being what that filter gives
-(`gopher_short_doc`, `dup_line_frac`, ...), or `filter:NAME` where it gives none. Parameters are
-the filter classes' keyword arguments, their defaults datatrove's.
+False removing it (its words split once for them all: see `shared_words`). A removal's reason is
+`filter:NAME:REASON`, REASON being what that filter gives (`gopher_short_doc`, `dup_line_frac`,
+...), or `filter:NAME` where it gives none. Parameters are the filter classes' keyword arguments,
+their defaults datatrove's.
 
 A filter may also change the documents it keeps (datatrove's C4 filter drops their lines without
 terminal punctuation, or about javascript or cookies): the kept text is then the filters' text, the
@@ -25,7 +26,17 @@ from typing import Any
 from schemas.errors import UsageError
 from schemas.prepare_config import FILTER_NAMES
 
-FILTER_CLASSES = dict(zip(FILTER_NAMES, ("GopherQualityFilter", "GopherRepetitionFilter", "C4QualityFilter", "FineWebQualityFilter")))
+FILTER_CLASSES = dict(
+    zip(
+        FILTER_NAMES,
+        (
+            "GopherQualityFilter",
+            "GopherRepetitionFilter",
+            "C4QualityFilter",
+            "FineWebQualityFilter",
+        ),
+    )
+)
 # Keyword arguments that are not rules: where datatrove writes removed documents, and the language
 # (see above).
 _NOT_PARAMETERS = ("self", "exclusion_writer", "language")
@@ -57,7 +68,9 @@ def filter_class(name: str) -> type:
 def parameters(name: str) -> dict[str, Any]:
     """The settable keyword arguments of a filter, with datatrove's defaults."""
     signature = inspect.signature(filter_class(name).__init__)
-    return {p.name: p.default for p in signature.parameters.values() if p.name not in _NOT_PARAMETERS}
+    return {
+        p.name: p.default for p in signature.parameters.values() if p.name not in _NOT_PARAMETERS
+    }
 
 
 def parse_parameter(text: str) -> tuple[str, str, Any]:
@@ -66,7 +79,10 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
     target, sep, raw = text.partition("=")
     name, dot, key = target.partition(".")
     if not sep or not dot or not name or not key:
-        raise FilterError(f"a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got {text!r})")
+        raise FilterError(
+            "a filter parameter is NAME.KEY=VALUE, e.g. gopher-quality.min_doc_words=30 (got "
+            f"{text!r})"
+        )
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
@@ -83,11 +99,16 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> 
         filter_class(name)
     for name, values in params.items():
         if name not in names:
-            raise FilterError(f"parameters given for {name!r}, which is not in --filter {','.join(names) or '(none)'}")
+            raise FilterError(
+                f"parameters given for {name!r}, which is not in --filter "
+                f"{','.join(names) or '(none)'}"
+            )
         known = parameters(name)
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise FilterError(f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}")
+            raise FilterError(
+                f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}"
+            )
     QualityFilters(names, params).judge("A check of the filters' parameters.")
 
 
@@ -96,7 +117,9 @@ def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
     `str.endswith`)."""
     declared = inspect.signature(filter_class(name).__init__).parameters
     return {
-        key: tuple(value) if isinstance(value, list) and "tuple" in str(declared[key].annotation) else value
+        key: tuple(value)
+        if isinstance(value, list) and "tuple" in str(declared[key].annotation)
+        else value
         for key, value in values.items()
     }
 
@@ -111,7 +134,10 @@ class QualityFilters:
         from pipeline.prepare.clean.shared_words import SharedWords
 
         words = SharedWords()
-        self._filters = [(name, filter_class(name)(**_declared(name, params.get(name, {})), language=words)) for name in names]
+        self._filters = [
+            (name, filter_class(name)(**_declared(name, params.get(name, {})), language=words))
+            for name in names
+        ]
 
         self._document, self._result = Document, get_filter_result
 
@@ -123,7 +149,10 @@ class QualityFilters:
             try:
                 kept, why = self._result(rule.filter(document))
             except (TypeError, ValueError, ZeroDivisionError) as e:
-                raise FilterError(f"filter {name} failed on a document ({type(e).__name__}: {e}); check its parameters") from e
+                raise FilterError(
+                    f"filter {name} failed on a document ({type(e).__name__}: {e}); check its "
+                    "parameters"
+                ) from e
             if not kept:
                 return (f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"), text
         return None, document.text

@@ -60,7 +60,8 @@ def duplicates(
     reason: str, parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> Iterator[tuple[int, int, str, int, int]]:
     """`(unit, number, reason, keeper place, keeper location)` of every document whose key an
-    earlier document has, from `(places, locations, keys)` parts, keys being rows of uint64 columns."""
+    earlier document has, from `(places, locations, keys)` parts, keys being rows of uint64
+    columns."""
     parts = list(parts)
     places = np.concatenate([p for p, _, _ in parts])
     locations = np.concatenate([loc for _, loc, _ in parts])
@@ -83,7 +84,10 @@ def merge(candidates: Iterable[tuple[int, str, int, int]]) -> dict[int, tuple[st
     `(number, reason, keeper place, keeper location)`."""
     best: dict[int, tuple[str, int, int]] = {}
     for number, reason, keeper, location in candidates:
-        if number not in best or (keeper, _PRIORITY[reason]) < (best[number][1], _PRIORITY[best[number][0]]):
+        if number not in best or (keeper, _PRIORITY[reason]) < (
+            best[number][1],
+            _PRIORITY[best[number][0]],
+        ):
             best[number] = (reason, keeper, location)
     return best
 
@@ -110,10 +114,13 @@ def filtered_entry(number: int, reason: str) -> dict[str, Any]:
 
 
 def removal_entries(
-    candidates: Iterable[tuple[int, str, int, int]], contaminated: dict[int, int], filtered: Iterable[list]
+    candidates: Iterable[tuple[int, str, int, int]],
+    contaminated: dict[int, int],
+    filtered: Iterable[list],
 ) -> list[dict[str, Any]]:
     """A unit's removed documents: its duplicates (`candidates`, see `merge`), its contaminated
-    documents (number: eval file) and those the quality filters removed (`[number, reason, excerpt]`)."""
+    documents (number: eval file) and those the quality filters removed
+    (`[number, reason, excerpt]`)."""
     entries = [duplicate_entry(n, *found) for n, found in merge(candidates).items()]
     entries += [contaminated_entry(n, file) for n, file in contaminated.items()]
     entries += [filtered_entry(n, reason) for n, reason, _ in filtered]
@@ -121,7 +128,12 @@ def removal_entries(
 
 
 def write_removal_list(
-    output_dir: str, unit: int, documents: int, entries: list[dict[str, Any]], locations: np.ndarray, ids: list | None
+    output_dir: str,
+    unit: int,
+    documents: int,
+    entries: list[dict[str, Any]],
+    locations: np.ndarray,
+    ids: list | None,
 ) -> None:
     """One JSON object per unit: its removed documents by number, each entry completed with the
     document's location and id."""
@@ -136,7 +148,8 @@ def write_removal_list(
 
 
 def mark_cleaned(context: RunContext) -> None:
-    """Written last, once every unit's removal list is: the cleaning stage is complete for this plan."""
+    """Written last, once every unit's removal list is: the cleaning stage is complete for this
+    plan."""
     storage.write_bytes_atomic(cleaned_path(context.output_dir), context.plan.encode())
 
 
@@ -168,7 +181,8 @@ def write_removals_file(
 ) -> tuple[dict[str, int], list[int]]:
     """`removals.jsonl` from the units' lists, in input order, each document named by its input and
     its line or row there (and its id field's value where it has one); returns the counts per reason
-    and per eval file. `newlines_before` holds each unit's newlines before its range in its input."""
+    and per eval file. `newlines_before` holds each unit's newlines before its range in its
+    input."""
     by_index = {u.index: u for u in units}
     reasons: collections.Counter[str] = collections.Counter()
     per_eval = [0] * len(eval_paths)
@@ -176,13 +190,20 @@ def write_removals_file(
         with open(scratch, "w") as out:
             for u in units:
                 for entry in read_removal_list(output_dir, u.index)["removed"]:
-                    line = {"reason": entry["reason"], "path": u.path, **located(u, entry["location"], newlines_before[u.index])}
+                    line = {
+                        "reason": entry["reason"],
+                        "path": u.path,
+                        **located(u, entry["location"], newlines_before[u.index]),
+                    }
                     if "id" in entry:
                         line["id"] = entry["id"]
                     if "keeper" in entry:
                         keeper_unit, keeper_location = entry["keeper"]
                         keeper = by_index[keeper_unit]
-                        line["duplicate_of"] = {"path": keeper.path, **located(keeper, keeper_location, newlines_before[keeper_unit])}
+                        line["duplicate_of"] = {
+                            "path": keeper.path,
+                            **located(keeper, keeper_location, newlines_before[keeper_unit]),
+                        }
                     if "eval_file" in entry:
                         line["eval_file"] = eval_paths[entry["eval_file"]]
                         per_eval[entry["eval_file"]] += 1

@@ -23,13 +23,25 @@ def common_ngrams_report(
 ) -> None:
     common = counts > config.decontaminate_max_matches
     indices, counts = indices[common], counts[common]
-    texts = ngram_texts(tuple(config.decontaminate), config.decontaminate_ngram, config.separator,
-                        set(evals.hashes[indices].tolist()))
+    texts = ngram_texts(
+        tuple(config.decontaminate),
+        config.decontaminate_ngram,
+        config.separator,
+        set(evals.hashes[indices].tolist()),
+    )
     lines = sorted(
-        ({"ngram": texts[int(evals.hashes[i])], "documents": int(n), "eval_file": config.decontaminate[int(evals.files[i])]}
-         for i, n in zip(indices.tolist(), counts.tolist())),
+        (
+            {
+                "ngram": texts[int(evals.hashes[i])],
+                "documents": int(n),
+                "eval_file": config.decontaminate[int(evals.files[i])],
+            }
+            for i, n in zip(indices.tolist(), counts.tolist())
+        ),
         key=lambda line: (-line["documents"], line["ngram"]),
     )
     with storage.atomic_local_file(storage.join(output_dir, formats.COMMON_NGRAMS_NAME)) as scratch:
         with open(scratch, "w") as out:
-            out.writelines(json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n" for line in lines)
+            out.writelines(
+                json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n" for line in lines
+            )

@@ -22,12 +22,19 @@ import numpy as np
 from pipeline.dataset import storage
 from pipeline.prepare.clean.edits import write_edits
 from pipeline.prepare.clean.eval_sets import EvalSet, eval_set
-from pipeline.prepare.clean.fingerprints import ExactKey, MinHasher, NgramStream, exact_key, ngram_hashes, word_hashes
+from pipeline.prepare.clean.fingerprints import (
+    ExactKey,
+    MinHasher,
+    NgramStream,
+    exact_key,
+    ngram_hashes,
+    word_hashes,
+)
 from pipeline.prepare.clean.quality_filters import TOO_LONG, QualityFilters
-from pipeline.prepare.read.unit_documents import numbered_documents
-from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
+from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.tokenize.unit import check_unchanged
 from pipeline.prepare.units import WorkUnit
@@ -45,10 +52,10 @@ _NOT_ARRAYS = (*_JSON_FIELDS, "edits")
 class UnitFingerprints:
     """Per document number: `locations` (see `documents`) and `ids` (the id field's values, JSON
     values, or None). `exact_keys` are 16-byte keys as two uint64 columns, `near_keys` one band key
-    per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]` (their
-    indices in the `EvalSet`), with the first file holding each in `eval_files`, for the `i`-th of
-    `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document the
-    quality filters removed."""
+    per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]`
+    (their indices in the `EvalSet`), with the first file holding each in `eval_files`, for the
+    `i`-th of `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document
+    the quality filters removed."""
 
     unit: int
     documents: int
@@ -63,10 +70,16 @@ class UnitFingerprints:
     eval_hits: np.ndarray
     eval_files: np.ndarray
     filtered: list = dataclasses.field(default_factory=list)
-    edits: list = dataclasses.field(default_factory=list)  # `[number, text]`, written apart (see `edits`)
+    edits: list = dataclasses.field(
+        default_factory=list
+    )  # `[number, text]`, written apart (see `edits`)
 
     def to_bytes(self, key: str) -> bytes:
-        arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in _NOT_ARRAYS}
+        arrays = {
+            f.name: np.asarray(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in _NOT_ARRAYS
+        }
         texts = {name: np.array(json.dumps(getattr(self, name))) for name in _JSON_FIELDS}
         out = io.BytesIO()
         np.savez(out, key=np.array(key), **texts, **arrays)
@@ -78,9 +91,18 @@ class UnitFingerprints:
         with np.load(io.BytesIO(data)) as arrays:
             if str(arrays["key"]) != key:
                 return None
-            values = {f.name: arrays[f.name] for f in dataclasses.fields(cls) if f.name not in _NOT_ARRAYS}
+            values = {
+                f.name: arrays[f.name] for f in dataclasses.fields(cls) if f.name not in _NOT_ARRAYS
+            }
             texts = {name: json.loads(str(arrays[name])) for name in _JSON_FIELDS}
-        return cls(**{**values, **texts, "unit": int(values["unit"]), "documents": int(values["documents"])})
+        return cls(
+            **{
+                **values,
+                **texts,
+                "unit": int(values["unit"]),
+                "documents": int(values["documents"]),
+            }
+        )
 
     def eval_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """The eval n-grams these documents hold, and in how many documents each."""
@@ -115,9 +137,15 @@ class _Cut:
 
 
 class _Collector:
-    def __init__(self, config: PrepareConfig, evals: EvalSet | None, filters: QualityFilters | None = None):
+    def __init__(
+        self, config: PrepareConfig, evals: EvalSet | None, filters: QualityFilters | None = None
+    ):
         self._exact = config.dedup != "none"
-        self._minhasher = MinHasher(config.near_ngram, config.near_bands, config.near_rows) if config.dedup == "near" else None
+        self._minhasher = (
+            MinHasher(config.near_ngram, config.near_bands, config.near_rows)
+            if config.dedup == "near"
+            else None
+        )
         self._evals = evals
         self._filters = filters
         self._filter_bytes = config.filter_max_document_bytes
@@ -204,7 +232,9 @@ class _Collector:
         if self._filters is not None:
             whole = None if cut.texts is None else "".join(cut.texts)
             kept = self._judged(number, whole)
-            if kept != whole:  # removed, or changed: what was gathered piece by piece is not what is kept
+            if (
+                kept != whole
+            ):  # removed, or changed: what was gathered piece by piece is not what is kept
                 if kept is not None:
                     self._fingerprint(number, kept)
                 return
@@ -219,7 +249,9 @@ class _Collector:
 
     def fingerprints(self, unit: int) -> UnitFingerprints:
         hashes = self._minhasher.bands * self._minhasher.rows if self._minhasher else 0
-        signatures = np.array([s for _, s in self.near], dtype=np.uint32).reshape(len(self.near), hashes)
+        signatures = np.array([s for _, s in self.near], dtype=np.uint32).reshape(
+            len(self.near), hashes
+        )
         hits = [h for _, h in self.hits]
         all_hits = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
         return UnitFingerprints(
@@ -228,20 +260,29 @@ class _Collector:
             locations=np.array(self.locations, dtype=np.int64),
             ids=self.ids if any(i is not None for i in self.ids) else None,
             exact_numbers=np.array([n for n, _ in self.exact], dtype=np.int64),
-            exact_keys=np.frombuffer(b"".join(k for _, k in self.exact), dtype=np.uint64).reshape(-1, 2).copy(),
+            exact_keys=np.frombuffer(b"".join(k for _, k in self.exact), dtype=np.uint64)
+            .reshape(-1, 2)
+            .copy(),
             near_numbers=np.array([n for n, _ in self.near], dtype=np.int64),
-            near_keys=self._minhasher.band_keys(signatures) if self._minhasher else np.zeros((0, 0), dtype=np.uint64),
+            near_keys=self._minhasher.band_keys(signatures)
+            if self._minhasher
+            else np.zeros((0, 0), dtype=np.uint64),
             eval_numbers=np.array([n for n, _ in self.hits], dtype=np.int64),
             eval_offsets=np.concatenate(([0], np.cumsum([len(h) for h in hits], dtype=np.int64))),
             eval_hits=all_hits,
-            eval_files=self._evals.files[all_hits].astype(np.int64) if self._evals else np.zeros(0, dtype=np.int64),
+            eval_files=self._evals.files[all_hits].astype(np.int64)
+            if self._evals
+            else np.zeros(0, dtype=np.int64),
             filtered=self.filtered,
             edits=self.edits,
         )
 
 
 def fingerprint_unit(
-    unit: WorkUnit, config: PrepareConfig, evals: EvalSet | None, filters: QualityFilters | None = None
+    unit: WorkUnit,
+    config: PrepareConfig,
+    evals: EvalSet | None,
+    filters: QualityFilters | None = None,
 ) -> UnitFingerprints:
     """Reads the unit through `numbered_documents`. A bad unit with `skip_bad_files` has no
     documents (the tokenizing pass skips and records it); otherwise its SourceError is raised."""
@@ -253,7 +294,9 @@ def fingerprint_unit(
                 continue
             collector.end_cut()
             ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
-            for number, (text, location, id) in enumerate(zip(read.texts, read.locations, ids), first):
+            for number, (text, location, id) in enumerate(
+                zip(read.texts, read.locations, ids), first
+            ):
                 collector.whole(number, text, location, id)
         collector.end_cut()
     except SourceError:
@@ -277,7 +320,9 @@ def read_fingerprints(unit: int, context: RunContext) -> UnitFingerprints | None
         return UnitFingerprints.from_bytes(f.read(), fingerprints_key(context))
 
 
-def unit_fingerprints(unit: WorkUnit, context: RunContext, filters: QualityFilters | None = None) -> UnitFingerprints:
+def unit_fingerprints(
+    unit: WorkUnit, context: RunContext, filters: QualityFilters | None = None
+) -> UnitFingerprints:
     """The unit's fingerprints, from an earlier run's file when there is one, else made and kept;
     `filters` are the run's quality filters (None when it has none)."""
     found = read_fingerprints(unit.index, context)
@@ -286,12 +331,20 @@ def unit_fingerprints(unit: WorkUnit, context: RunContext, filters: QualityFilte
     check_unchanged(unit)
     config = context.config
     evals = (
-        eval_set(tuple(config.decontaminate), config.decontaminate_ngram, config.separator, context.eval_digests)
+        eval_set(
+            tuple(config.decontaminate),
+            config.decontaminate_ngram,
+            config.separator,
+            context.eval_digests,
+        )
         if config.decontaminate
         else None
     )
     fingerprints = fingerprint_unit(unit, config, evals, filters)
     if filters is not None:
         write_edits(context.output_dir, unit.index, fingerprints.edits)
-    storage.write_bytes_atomic(fingerprints_path(context.output_dir, unit.index), fingerprints.to_bytes(fingerprints_key(context)))
+    storage.write_bytes_atomic(
+        fingerprints_path(context.output_dir, unit.index),
+        fingerprints.to_bytes(fingerprints_key(context)),
+    )
     return fingerprints

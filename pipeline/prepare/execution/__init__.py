@@ -1,1 +1,2 @@
-"""Where prepare's steps run: Beam options and pipelines, the watched local or remote job, its workers' environment, retries, failures and progress."""
+"""Where prepare's steps run: Beam options and pipelines, the watched local or remote job, its
+workers' environment, retries, failures and progress."""

@@ -1,5 +1,5 @@
-"""The cleaning stage as a Beam pipeline, run before the tokenizing one when `--filter`, `--dedup` or
-`--decontaminate` is asked for. What each step does is the clean step's (`clean/`); here they are
+"""The cleaning stage as a Beam pipeline, run before the tokenizing one when `--filter`, `--dedup`
+or `--decontaminate` is asked for. What each step does is the clean step's (`clean/`); here they are
 strung together:
 
     units -> Fingerprint (per unit: quality filters, then fingerprints; kept in the state directory)
@@ -21,11 +21,20 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.prepare.clean.eval_matches import add_counts, common_ngrams, contaminated, write_eval_matches
+from pipeline.prepare.clean.eval_matches import (
+    add_counts,
+    common_ngrams,
+    contaminated,
+    write_eval_matches,
+)
 from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
 from pipeline.prepare.clean.quality_filters import QualityFilters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
-from pipeline.prepare.clean.unit_fingerprints import UnitFingerprints, read_fingerprints, unit_fingerprints
+from pipeline.prepare.clean.unit_fingerprints import (
+    UnitFingerprints,
+    read_fingerprints,
+    unit_fingerprints,
+)
 from pipeline.prepare.execution.beam_units import guarded, spread_units
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.retries import with_retries
@@ -51,7 +60,9 @@ class FingerprintUnitFn(beam.DoFn):
         """The unit once its fingerprints are written, and the eval n-grams its documents hold;
         nothing once a unit failed."""
         work = functools.partial(unit_fingerprints, unit, self._context, self._filters)
-        return guarded(unit, self._context.failures_dir, work, lambda found: self._outputs(unit, found))
+        return guarded(
+            unit, self._context.failures_dir, work, lambda found: self._outputs(unit, found)
+        )
 
     def _outputs(self, unit: WorkUnit, found: UnitFingerprints) -> list:
         self._documents.inc(found.documents)
@@ -92,7 +103,12 @@ class KeyDocumentsFn(beam.DoFn):
         documents' keys by bucket."""
         # Once a unit failed, the counts may miss its documents: `guarded` does nothing then.
         work = functools.partial(read_fingerprints, unit.index, self._context)
-        return guarded(unit, self._context.failures_dir, work, lambda found: list(self._elements(unit, found, common)))
+        return guarded(
+            unit,
+            self._context.failures_dir,
+            work,
+            lambda found: list(self._elements(unit, found, common)),
+        )
 
     def _elements(self, unit: WorkUnit, found: UnitFingerprints, common: np.ndarray):
         removed = contaminated(found, common)
@@ -124,7 +140,9 @@ class WriteRemovalListFn(beam.DoFn):
                 candidates += item[1]
         found = with_retries(lambda: read_fingerprints(unit, self._context))
         entries = removal_entries(candidates, removed, found.filtered)
-        write_removal_list(self._context.output_dir, unit, documents, entries, found.locations, found.ids)
+        write_removal_list(
+            self._context.output_dir, unit, documents, entries, found.locations, found.ids
+        )
         self._removed.inc(len(entries))
         return [unit]
 

@@ -63,7 +63,9 @@ def check_beam_args(pipeline_args: list[str], own_flags: list[str]) -> None:
             raise ValueError(f"unexpected argument {unknown[0]!r}")
         return
     known = own_flags + [s for a in parser._actions for s in a.option_strings]
-    near = difflib.get_close_matches(flags[0].replace("_", "-"), [k.replace("_", "-") for k in known], n=1)
+    near = difflib.get_close_matches(
+        flags[0].replace("_", "-"), [k.replace("_", "-") for k in known], n=1
+    )
     hint = ""
     if near:
         spelled = next(k for k in known if k.replace("_", "-") == near[0])
@@ -85,7 +87,9 @@ def pipeline_options(pipeline_args: list[str]) -> PipelineOptions:
     partition per unit. Elsewhere: the user's options."""
     options = PipelineOptions(pipeline_args)
     runner = options.view_as(StandardOptions).runner or ""
-    partitioned = any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in pipeline_args)
+    partitioned = any(
+        a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in pipeline_args
+    )
     if runner.endswith("DaskRunner") and not partitioned:
         # One unit per partition: Dask hands partitions, not elements, to its workers.
         options = PipelineOptions([*pipeline_args, "--dask_partition_size=1"])

@@ -25,7 +25,9 @@ class TokenizeUnitFn(beam.DoFn):
 
     def setup(self) -> None:
         # Workers must tokenize and write with what the launcher planned with.
-        mismatch = version_mismatch(self._context.package_versions, package_versions(self._context.extras))
+        mismatch = version_mismatch(
+            self._context.package_versions, package_versions(self._context.extras)
+        )
         if mismatch is not None:
             self._mismatch = f"workers run other package versions than the launcher: {mismatch}"
 
@@ -36,7 +38,9 @@ class TokenizeUnitFn(beam.DoFn):
             if not any_failure(failures_dir):
                 record_failure(failures_dir, UnitFailure(unit.index, self._mismatch, ""))
             return []
-        return guarded(unit, failures_dir, functools.partial(process_unit, unit, self._context), self._counted)
+        return guarded(
+            unit, failures_dir, functools.partial(process_unit, unit, self._context), self._counted
+        )
 
     def _counted(self, result: UnitResult) -> list[int]:
         self._units.inc()

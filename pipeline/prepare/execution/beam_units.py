@@ -1,5 +1,5 @@
-"""Work units as Beam elements, and a stage's pipeline run on the pinned local runner or submitted to
-a remote one.
+"""Work units as Beam elements, and a stage's pipeline run on the pinned local runner or submitted
+to a remote one.
 
 One element is one whole work unit, so per-element overhead is paid once per ~16 MB of input. A
 stage's DoFns never raise: a failed unit is recorded (see `failures`), and a unit that starts after
@@ -36,11 +36,14 @@ Build = Callable[[beam.Pipeline, list[WorkUnit], RunContext], None]
 
 
 def failure_of(unit: WorkUnit, error: BaseException) -> UnitFailure:
-    """One line naming the input and the reason; expected kinds need no traceback to be understood."""
+    """One line naming the input and the reason; expected kinds need no traceback to be
+    understood."""
     if isinstance(error, (SourceError, InputChangedError)):
         message = str(error)
     elif is_transient(error):
-        message = f"{unit.path}: {error} (still failing after retries; rerun to try this unit again)"
+        message = (
+            f"{unit.path}: {error} (still failing after retries; rerun to try this unit again)"
+        )
     elif isinstance(error, OSError):
         message = f"{unit.path} (unit {unit.index}): {error}"
     else:
@@ -48,7 +51,9 @@ def failure_of(unit: WorkUnit, error: BaseException) -> UnitFailure:
     return UnitFailure(unit.index, " ".join(message.split()), traceback.format_exc())
 
 
-def guarded(unit: WorkUnit, failures_dir: str, work: Callable[[], T], emit: Callable[[T], list]) -> list:
+def guarded(
+    unit: WorkUnit, failures_dir: str, work: Callable[[], T], emit: Callable[[T], list]
+) -> list:
     """What a DoFn outputs for `unit`: `emit(work())`, the work tried again after transient errors.
     Nothing once the run is failing (the rest is left to a rerun), nor when the work fails: its
     failure is recorded instead of raised."""
@@ -80,14 +85,20 @@ def spread_units(pipeline: beam.Pipeline, units: list[WorkUnit]) -> beam.PCollec
     )
 
 
-def _local_runner(options: PipelineOptions, environment: environments.Environment | None = None) -> PipelineRunner:
+def _local_runner(
+    options: PipelineOptions, environment: environments.Environment | None = None
+) -> PipelineRunner:
     """Beam's in-process runner, with the options its worker processes are to see."""
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    provision = fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
     return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
 
 
-def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build) -> None:
+def run_units(
+    units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build
+) -> None:
     """Runs the units, through the pipeline `build` makes, on the pinned local runner, returning
     when they are done.
 
@@ -99,18 +110,24 @@ def run_units(units: list[WorkUnit], context: RunContext, options: PipelineOptio
             build(pipeline, units, context)
         return
     config = context.config
-    load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)  # once, before the fork
+    load_tokenizer(
+        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
+    )  # once, before the fork
     workers = ForkedWorkers(count)
     try:
         # A running mode the runner does not know keeps the given environment instead of its own.
         options.view_as(DirectOptions).direct_running_mode = None
-        with beam.Pipeline(runner=_local_runner(options, workers.environment()), options=options) as pipeline:
+        with beam.Pipeline(
+            runner=_local_runner(options, workers.environment()), options=options
+        ) as pipeline:
             build(pipeline, units, context)
     finally:
         workers.close()
 
 
-def start_units(units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build) -> PipelineResult:
+def start_units(
+    units: list[WorkUnit], context: RunContext, options: PipelineOptions, build: Build
+) -> PipelineResult:
     """Submits the units, through the pipeline `build` makes, to the configured (remote) runner;
     returns as soon as it has them."""
     pipeline = beam.Pipeline(options=options)

@@ -34,7 +34,9 @@ class UnitFailure:
 
 
 def record_failure(failures_dir: str, failure: UnitFailure) -> None:
-    storage.write_bytes_atomic(storage.join(failures_dir, f"{failure.unit:05d}.json"), failure.to_json().encode())
+    storage.write_bytes_atomic(
+        storage.join(failures_dir, f"{failure.unit:05d}.json"), failure.to_json().encode()
+    )
 
 
 def any_failure(failures_dir: str) -> bool:
@@ -42,4 +44,7 @@ def any_failure(failures_dir: str) -> bool:
 
 
 def read_failures(failures_dir: str) -> list[UnitFailure]:
-    return [UnitFailure(**json.loads(storage.read_text(path))) for path in storage.list_files(failures_dir, ".json")]
+    return [
+        UnitFailure(**json.loads(storage.read_text(path)))
+        for path in storage.list_files(failures_dir, ".json")
+    ]

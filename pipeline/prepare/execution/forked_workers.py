@@ -62,14 +62,18 @@ class _ForkedWorkerPool(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
 
     def StartWorker(self, request, context):  # noqa: N802 (the gRPC method's name)
         if not hmac.compare_digest(request.params.get(SECRET_PARAM, ""), self._secret):
-            return beam_fn_api_pb2.StartWorkerResponse(error="refused: not the job this worker pool serves")
+            return beam_fn_api_pb2.StartWorkerResponse(
+                error="refused: not the job this worker pool serves"
+            )
         if not self._idle:
             return beam_fn_api_pb2.StartWorkerResponse(error="every forked worker is taken")
         self._idle.pop(0).send((request.control_endpoint.url, request.worker_id))
         return beam_fn_api_pb2.StartWorkerResponse()
 
     def StopWorker(self, request, context):  # noqa: N802
-        return beam_fn_api_pb2.StopWorkerResponse()  # a worker ends when the runner closes its stream
+        return (
+            beam_fn_api_pb2.StopWorkerResponse()
+        )  # a worker ends when the runner closes its stream
 
 
 class ForkedWorkers:

@@ -18,8 +18,18 @@ T = TypeVar("T")
 
 ATTEMPTS = 4
 FIRST_BACKOFF_SECONDS = 1.0
-_LASTING_ERRNOS = {errno.ENOENT, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EISDIR,
-                   errno.ENOTDIR, errno.EFBIG, errno.ENAMETOOLONG}
+_LASTING_ERRNOS = {
+    errno.ENOENT,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EFBIG,
+    errno.ENAMETOOLONG,
+}
 _TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
 
 
@@ -53,10 +63,14 @@ def is_transient(error: BaseException | None) -> bool:
 
 
 def with_retries(
-    attempt: Callable[[], T], *, attempts: int = ATTEMPTS, backoff: float = FIRST_BACKOFF_SECONDS,
+    attempt: Callable[[], T],
+    *,
+    attempts: int = ATTEMPTS,
+    backoff: float = FIRST_BACKOFF_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """`attempt()`, again after a transient error, waiting `backoff`, then twice as long, and so on."""
+    """`attempt()`, again after a transient error, waiting `backoff`, then twice as long, and so
+    on."""
     failures = 0
     while True:
         try:

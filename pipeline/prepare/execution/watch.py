@@ -30,8 +30,8 @@ from pipeline.cli import interrupts
 from pipeline.prepare.execution.beam_units import Build, run_units, start_units
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
-from pipeline.prepare.units import WorkUnit
 from pipeline.prepare.run_context import RunContext
+from pipeline.prepare.units import WorkUnit
 from schemas.errors import RunError
 
 RESTARTS = 3
@@ -45,7 +45,9 @@ class JobError(RunError, RuntimeError):
     its traceback."""
 
 
-def _child(units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: Build) -> None:
+def _child(
+    units: list[WorkUnit], context: RunContext, options: PipelineOptions, errors, build: Build
+) -> None:
     interrupts.ignore_here()  # Ctrl-C is the launcher's to act on: it stops this job
     die_with_parent()
     try:
@@ -110,7 +112,9 @@ def _watch_local(
     """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
     start = multiprocessing.get_context(_start_method())
     receive, send = start.Pipe(duplex=False)
-    process = start.Process(target=_child, args=(units, context, options, send, build), daemon=False)
+    process = start.Process(
+        target=_child, args=(units, context, options, send, build), daemon=False
+    )
     with interrupts.ignored_in_children():
         process.start()
     send.close()
@@ -203,7 +207,9 @@ def run_remote(
                 result.cancel()
                 return
             if wanted <= finished():
-                ended.wait(_END_GRACE_SECONDS)  # let the job end on its own: nothing it does now matters
+                ended.wait(
+                    _END_GRACE_SECONDS
+                )  # let the job end on its own: nothing it does now matters
                 return
             tick()
             ended.wait(_REMOTE_POLL_SECONDS)
@@ -214,6 +220,6 @@ def run_remote(
         return
     missing = sorted(wanted - finished())
     raise JobError(
-        f"the pipeline ended ({' '.join(outcome.get('state', 'no state').split())[:300]}) with units "
-        f"{missing[:10]} unrecorded; see the runner's logs"
+        f"the pipeline ended ({' '.join(outcome.get('state', 'no state').split())[:300]}) with "
+        f"units {missing[:10]} unrecorded; see the runner's logs"
     )

@@ -11,8 +11,8 @@ How Beam (2.77) installs what is staged, on each worker of its default container
 downloads nothing: `--requirements_cache=skip` stops it from `pip download`ing every pinned
 package for the workers' platform and uploading them all at every launch; the workers fetch the
 pinned wheels from PyPI as they start. A custom container (`--sdk_container_image`) is built with
-its packages (`python -m pipeline.prepare.execution.worker_environment > requirements.txt` writes them), and
-nothing is staged for it.
+its packages (`python -m pipeline.prepare.execution.worker_environment > requirements.txt` writes
+them), and nothing is staged for it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,15 @@ REQUIREMENTS_NAME = "worker-requirements.txt"
 
 # The packages whose versions decide what prepare writes: tokenizer, shard format, readers.
 _OUTPUT_PACKAGES = (
-    "tokshards", "apache-beam", "array-record", "tiktoken", "tokenizers", "numpy", "pyarrow", "zstandard", "xxhash"
+    "tokshards",
+    "apache-beam",
+    "array-record",
+    "tiktoken",
+    "tokenizers",
+    "numpy",
+    "pyarrow",
+    "zstandard",
+    "xxhash",
 )
 # The packages an extra brings that decide what prepare writes when a run needs that extra (the
 # Hugging Face client reads hub files). A run that does not need them records nothing of them, so
@@ -99,21 +107,29 @@ def _own_requirements(extras: Sequence[str]) -> list[Requirement]:
         distribution = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         raise RuntimeError(
-            f"{DISTRIBUTION} is not installed in this environment ({sys.prefix}), so its requirements "
-            "are unknown; install it from the checkout: pip install -e '.[gcp]'"
+            f"{DISTRIBUTION} is not installed in this environment ({sys.prefix}), so its "
+            "requirements are unknown; install it from the checkout: pip install -e '.[gcp]'"
         ) from None
     declared = distribution.metadata.get_all("Provides-Extra") or []
     unknown = sorted(set(extras) - set(declared))
     if unknown:
-        raise ValueError(f"unknown extras {unknown} (got {extras=}); {DISTRIBUTION} declares {sorted(declared)}")
+        raise ValueError(
+            f"unknown extras {unknown} (got {extras=}); {DISTRIBUTION} declares {sorted(declared)}"
+        )
     return [r for extra in ("", *extras) for r in _requirements_for(distribution.requires, extra)]
 
 
 def package_versions(extras: Sequence[str] = ()) -> dict[str, str]:
     """What the manifest records, and what a worker must share with the launcher, for a run that
     needs `extras` (`("hf",)` for one that reads Hugging Face hub files)."""
-    names = [*_OUTPUT_PACKAGES, *(name for extra in extras for name in _EXTRA_OUTPUT_PACKAGES.get(extra, ()))]
-    return {"python": platform.python_version(), **{n: _installed_version(n) or "not installed" for n in names}}
+    names = [
+        *_OUTPUT_PACKAGES,
+        *(name for extra in extras for name in _EXTRA_OUTPUT_PACKAGES.get(extra, ())),
+    ]
+    return {
+        "python": platform.python_version(),
+        **{n: _installed_version(n) or "not installed" for n in names},
+    }
 
 
 def _installed_version(name: str) -> str | None:
@@ -123,7 +139,9 @@ def _installed_version(name: str) -> str | None:
         return None
 
 
-def version_differences(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[tuple[str, str, str]]:
+def version_differences(
+    expected: Mapping[str, str], actual: Mapping[str, str]
+) -> list[tuple[str, str, str]]:
     """`(name, expected, actual)` of each package whose versions differ ("none"/"missing" for one
     absent on a side).
 
@@ -148,7 +166,9 @@ def version_mismatch(expected: Mapping[str, str], actual: Mapping[str, str]) -> 
     return ", ".join(f"{name} {have} (expected {want})" for name, want, have in differences) or None
 
 
-def staging_options(pipeline_args: Sequence[str], workdir: str, extras: Sequence[str] = ()) -> list[str]:
+def staging_options(
+    pipeline_args: Sequence[str], workdir: str, extras: Sequence[str] = ()
+) -> list[str]:
     """The Beam options to add so that remote workers run this checkout at the launcher's versions.
 
     `--setup_file` (this checkout's), `--requirements_file` (written into `workdir`, which must
@@ -157,7 +177,11 @@ def staging_options(pipeline_args: Sequence[str], workdir: str, extras: Sequence
     """
     options = PipelineOptions(list(pipeline_args))
     workers = options.view_as(WorkerOptions)
-    if _ships_nothing(options) or workers.sdk_container_image or workers.worker_harness_container_image:
+    if (
+        _ships_nothing(options)
+        or workers.sdk_container_image
+        or workers.worker_harness_container_image
+    ):
         return []
     setup = options.view_as(SetupOptions)
     added = []
@@ -188,25 +212,31 @@ def _checkout_setup_file() -> str:
     if not os.path.isfile(path):
         raise ValueError(
             f"no setup.py at {root}: tokshards runs from an installed package, not a checkout, so "
-            "there is nothing to build for the workers; run from a checkout (pip install -e '.[gcp]'), "
-            "or pass --setup_file=CHECKOUT/setup.py, or --sdk_container_image=IMAGE with tokshards in it"
+            "there is nothing to build for the workers; run from a checkout "
+            "(pip install -e '.[gcp]'), or pass --setup_file=CHECKOUT/setup.py, or "
+            "--sdk_container_image=IMAGE with tokshards in it"
         )
     return path
 
 
 def requirements_text(extras: Sequence[str] = ()) -> str:
     """A pip requirements file of `worker_requirements`, saying where its versions come from."""
-    header = f"# prepare workers: the versions installed on the launcher (Python {platform.python_version()})\n"
+    header = (
+        "# prepare workers: the versions installed on the launcher (Python "
+        f"{platform.python_version()})\n"
+    )
     return header + "".join(pin + "\n" for pin in worker_requirements(extras))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.prepare.execution.worker_environment",
-        description="Print the pins of what prepare's workers need, at the versions installed here: "
-        "the requirements of a custom worker container (--sdk_container_image).",
+        description="Print the pins of what prepare's workers need, at the versions installed "
+        "here: the requirements of a custom worker container (--sdk_container_image).",
     )
-    parser.add_argument("--extra", action="append", default=[], help="an extra the runs need too (hf); repeatable")
+    parser.add_argument(
+        "--extra", action="append", default=[], help="an extra the runs need too (hf); repeatable"
+    )
     args = parser.parse_args(argv)
     sys.stdout.write(requirements_text(args.extra))
     return 0

@@ -14,9 +14,9 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
+from pipeline.dataset.storage import FileInfo
 from pipeline.prepare.read.documents import BAD_FILE, BINARY_FILE, Read, Tally
 from pipeline.prepare.units import WorkUnit
-from pipeline.dataset.storage import FileInfo
 from schemas.errors import RunError
 from schemas.prepare_config import PrepareConfig
 
@@ -39,9 +39,9 @@ class SourceError(RunError, RuntimeError):
 
 
 # A text or JSON Lines unit is binary when this share of its first bytes are NUL bytes, or bytes of
-# no valid UTF-8 character. Text with a stray NUL or a few Latin-1 bytes passes; executables, images,
-# archives, UTF-16 and 8-bit encodings of other scripts do not. A sample smaller than the minimum
-# tells too little.
+# no valid UTF-8 character. Text with a stray NUL or a few Latin-1 bytes passes; executables,
+# images, archives, UTF-16 and 8-bit encodings of other scripts do not. A sample smaller than the
+# minimum tells too little.
 BINARY_SAMPLE_BYTES = 64 * 2**10
 BINARY_MIN_BYTES = 512
 BINARY_SHARE = 0.1
@@ -62,8 +62,9 @@ def check_text(sample: bytes, where: str) -> None:
         invalid = max(len(sample) - len(sample.decode("utf-8", "ignore").encode("utf-8")) - 6, 0)
     if max(nul, invalid) >= BINARY_SHARE * len(sample):
         raise SourceError(
-            f"{where} looks binary, not UTF-8 text ({nul} NUL bytes and {invalid} bytes of no UTF-8 character "
-            f"in its first {len(sample)}); remove it from the inputs, or pass --skip-bad-files to skip it",
+            f"{where} looks binary, not UTF-8 text ({nul} NUL bytes and {invalid} bytes of no "
+            f"UTF-8 character in its first {len(sample)}); remove it from the inputs, or pass "
+            "--skip-bad-files to skip it",
             BINARY_FILE,
         )
 
@@ -86,10 +87,17 @@ class ContentDigest:
 
 class Source(Protocol):
     def plan(self, path: str, info: FileInfo, config: PrepareConfig) -> list[tuple[int, int]]:
-        """The `(start, end)` of each unit of the input, from its metadata (at most a file footer)."""
+        """The `(start, end)` of each unit of the input, from its metadata (at most a file
+        footer)."""
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+        self,
+        unit: WorkUnit,
+        config: PrepareConfig,
+        tally: Tally,
+        digest: ContentDigest,
+        *,
+        located: bool = False,
     ) -> Iterator[Read]:
         """The unit's documents in input order: runs of whole documents, and the pieces of a cut
         document. Skips and rejects go to `tally`, what the unit owns of the input to `digest`. With
@@ -195,7 +203,8 @@ def separated(data: bytes | str, separator: str) -> tuple[list[bytes] | list[str
     # data) up to the newline that ends the line, which starts the next piece unless another
     # separator line takes it, or it is only the newline added after data.
     between = [
-        int(i > 0 or raw[0] != data[:0]) + int(following[:1] == newline and (i + 2 < len(raw) or following != newline))
+        int(i > 0 or raw[0] != data[:0])
+        + int(following[:1] == newline and (i + 2 < len(raw) or following != newline))
         for i, following in enumerate(raw[1:])
     ]
     raw[0] = raw[0][1:]  # the newlines added around `data`

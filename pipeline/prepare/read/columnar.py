@@ -16,6 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.dataset import storage
+from pipeline.dataset.storage import FileInfo
+from pipeline.prepare.execution.retries import is_transient
+from pipeline.prepare.read.base import ContentDigest, SourceError
 from pipeline.prepare.read.documents import (
     EMPTY,
     MISSING_TEXT,
@@ -25,10 +28,7 @@ from pipeline.prepare.read.documents import (
     Reject,
     Tally,
 )
-from pipeline.prepare.execution.retries import is_transient
-from pipeline.prepare.read.base import ContentDigest, SourceError
 from pipeline.prepare.units import WorkUnit
-from pipeline.dataset.storage import FileInfo
 from schemas.prepare_config import PrepareConfig
 
 _BATCH_ROWS = 1024
@@ -74,7 +74,12 @@ def _add_to_digest(values: list[Any], digest: ContentDigest) -> None:
 
 
 def documents_from_values(
-    values: list[Any], ids: list[Any] | None, first_row: int, path: str, config: PrepareConfig, tally: Tally
+    values: list[Any],
+    ids: list[Any] | None,
+    first_row: int,
+    path: str,
+    config: PrepareConfig,
+    tally: Tally,
 ) -> Iterator[Read]:
     """The documents of rows from `first_row` on, `values` their text column; `ids`, their id
     column's values, when they are to be located (None there where there is no such column)."""
@@ -84,7 +89,9 @@ def documents_from_values(
         if text is None:
             tally.reject(Reject(MISSING_TEXT, path, f"{field!r} is null", row=row))
         elif not isinstance(text, str):
-            tally.reject(Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", row=row))
+            tally.reject(
+                Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", row=row)
+            )
         elif not text.strip():
             tally.skip(EMPTY)
         else:
@@ -94,7 +101,9 @@ def documents_from_values(
 
 def _column_index(schema: pa.Schema, path: str, field: str) -> int:
     if field not in schema.names:
-        raise SourceError(f"{path}: no column {field!r} (columns: {schema.names}); pass --text-field")
+        raise SourceError(
+            f"{path}: no column {field!r} (columns: {schema.names}); pass --text-field"
+        )
     return schema.names.index(field)
 
 
@@ -119,7 +128,11 @@ def _read_rows(
         lo, hi = max(unit.start - first, 0), min(unit.end, last) - first
         ids = None
         if id_field is not None:
-            ids = batch.column(id_field).slice(lo, hi - lo).to_pylist() if id_field in batch.schema.names else [None] * (hi - lo)
+            ids = (
+                batch.column(id_field).slice(lo, hi - lo).to_pylist()
+                if id_field in batch.schema.names
+                else [None] * (hi - lo)
+            )
         yield batch.column(field).slice(lo, hi - lo).to_pylist(), ids
 
 
@@ -145,7 +158,9 @@ class _ColumnarSource:
     def groups(self, f: Any, path: str, field: str) -> list[tuple[int, int]]:
         raise NotImplementedError
 
-    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(
+        self, f: Any, unit: WorkUnit, columns: list[str]
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """Batches of the unit's rows holding `columns` (the text column first; those after it only
         where the file has them)."""
         raise NotImplementedError
@@ -155,20 +170,30 @@ class _ColumnarSource:
             return row_ranges(self.groups(f, path, config.text_field), config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+        self,
+        unit: WorkUnit,
+        config: PrepareConfig,
+        tally: Tally,
+        digest: ContentDigest,
+        *,
+        located: bool = False,
     ) -> Iterator[Read]:
         row = unit.start
         id_field = config.id_field if located and config.id_field != config.text_field else None
         columns = [config.text_field] + ([id_field] if id_field else [])
         with _content_errors(unit.path), self.open(unit.path) as f:
-            for values, id_values in _read_rows(unit, self.batches(f, unit, columns), config.text_field, id_field):
+            for values, id_values in _read_rows(
+                unit, self.batches(f, unit, columns), config.text_field, id_field
+            ):
                 _add_to_digest(values, digest)
                 if located and id_values is None:
                     id_values = [None] * len(values)
                 yield from documents_from_values(values, id_values, row, unit.path, config, tally)
                 row += len(values)
         if row != unit.end:
-            raise SourceError(f"{unit.path}: expected rows up to {unit.end}, found {row}; did the file change?")
+            raise SourceError(
+                f"{unit.path}: expected rows up to {unit.end}, found {row}; did the file change?"
+            )
 
 
 class ParquetSource(_ColumnarSource):
@@ -176,15 +201,26 @@ class ParquetSource(_ColumnarSource):
         metadata = _open_parquet(f, path).metadata
         _column_index(metadata.schema.to_arrow_schema(), path, field)
         # Column chunks are the schema's leaves: a struct column before the text holds several.
-        column = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == field), None)
+        column = next(
+            (i for i in range(metadata.num_columns) if metadata.schema.column(i).path == field),
+            None,
+        )
         if column is None:
-            raise SourceError(f"{path}: column {field!r} is nested, not text; pass --text-field with a string column")
+            raise SourceError(
+                f"{path}: column {field!r} is nested, not text; pass --text-field with a string "
+                "column"
+            )
         return [
-            (metadata.row_group(i).num_rows, metadata.row_group(i).column(column).total_uncompressed_size)
+            (
+                metadata.row_group(i).num_rows,
+                metadata.row_group(i).column(column).total_uncompressed_size,
+            )
             for i in range(metadata.num_row_groups)
         ]
 
-    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(
+        self, f: Any, unit: WorkUnit, columns: list[str]
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
         parquet = _open_parquet(f, unit.path)
         _column_index(parquet.schema_arrow, unit.path, columns[0])
         columns = [c for c in columns if c in parquet.schema_arrow.names]
@@ -195,7 +231,9 @@ class ParquetSource(_ColumnarSource):
                 needed.append((i, first))
             first += rows
         for group, first in needed:
-            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=columns):
+            for batch in parquet.iter_batches(
+                batch_size=_BATCH_ROWS, row_groups=[group], columns=columns
+            ):
                 yield first, batch
                 first += batch.num_rows
 
@@ -234,7 +272,9 @@ class ArrowSource(_ColumnarSource):
             groups.append((batch.num_rows, batch.column(column).nbytes))
         return groups
 
-    def batches(self, f: Any, unit: WorkUnit, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def batches(
+        self, f: Any, unit: WorkUnit, columns: list[str]
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
         first = 0
         for batch in _arrow_batches(f, unit.path):
             _column_index(batch.schema, unit.path, columns[0])

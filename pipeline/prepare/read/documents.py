@@ -107,8 +107,8 @@ def decode_utf8(data: bytes, tally: Tally) -> str:
 
 
 def cut_point(data: bytes | bytearray, start: int, limit: int) -> int:
-    """Where a piece that starts at `start` ends: at most `limit` bytes on, before the last whitespace
-    in the second half of that span.
+    """Where a piece that starts at `start` ends: at most `limit` bytes on, before the last
+    whitespace in the second half of that span.
 
     Cutting before the whitespace leaves it to start the next piece, where the tokenizer would have
     attached it to the following word anyway. Without whitespace, the cut falls on a UTF-8
@@ -170,7 +170,9 @@ class DocumentRuns:
         self._tally.count(CUT_DOCUMENTS)
         for i, piece in enumerate(pieces_of(text.encode("utf-8", "surrogatepass"), self._limit)):
             self._tally.count(DOCUMENT_PIECES)
-            yield DocumentPiece(piece.decode("utf-8", "surrogatepass"), first=i == 0, location=location, id=id)
+            yield DocumentPiece(
+                piece.decode("utf-8", "surrogatepass"), first=i == 0, location=location, id=id
+            )
 
     def flush(self) -> Iterator[DocumentRun]:
         if self._run.texts:

@@ -42,7 +42,9 @@ _DECOMPRESSED = {"jsonl": (".gz", ".zst")}
 # Ranged reads fetch this much beyond what was asked, so that small reads (a Parquet footer,
 # a search for a line end) share a request; big reads (a unit's range) over-read by little.
 _READAHEAD_BYTES = 256 * 2**10
-_PINNED_URL = re.compile(r"hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<revision>[0-9a-f]{40})/(?P<path>.+)")
+_PINNED_URL = re.compile(
+    r"hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<revision>[0-9a-f]{40})/(?P<path>.+)"
+)
 
 
 class HubError(RunError, ValueError):
@@ -62,7 +64,9 @@ class HubFile:
     def __post_init__(self) -> None:
         match = _PINNED_URL.fullmatch(self.url)
         if match is None or match["path"] != self.path:
-            raise ValueError(f"url must be hf://datasets/REPO@COMMIT_SHA/{self.path} (got {self.url=})")
+            raise ValueError(
+                f"url must be hf://datasets/REPO@COMMIT_SHA/{self.path} (got {self.url=})"
+            )
         if self.size < 0:
             raise ValueError(f"size must be non-negative (got {self.size=})")
         if self.format not in FILE_FORMATS:
@@ -116,14 +120,18 @@ def resolve_hub_dataset(
     return ResolvedHubDataset(repo_id, info.sha, builder.config.name, split, tuple(files))
 
 
-def resolve_local_dataset(directory: str, *, name: str | None = None, split: str = "train") -> list[tuple[str, str]]:
+def resolve_local_dataset(
+    directory: str, *, name: str | None = None, split: str = "train"
+) -> list[tuple[str, str]]:
     """(path, format) of the data files of `split` in a local directory laid out as a hub dataset
     (data files, maybe a card naming configs), by the same rules as a hub id."""
     where = f"dataset directory {directory}"
     builder = _builder(directory, name, None, gated=False, where=where)
     data_files = builder.config.data_files or {}
     if split not in data_files:
-        raise HubError(f"{where}: no split {split!r} (splits: {sorted(data_files)}); pass --hf-split")
+        raise HubError(
+            f"{where}: no split {split!r} (splits: {sorted(data_files)}); pass --hf-split"
+        )
     fmt = _format_of(builder, where)
     for path in data_files[split]:
         _check_name(path, builder.name, where)
@@ -131,7 +139,8 @@ def resolve_local_dataset(directory: str, *, name: str | None = None, split: str
 
 
 def open_hub_file(url: str) -> BinaryIO:
-    """A seekable binary reader of a pinned file that fetches only the ranges read (HTTP `Range`)."""
+    """A seekable binary reader of a pinned file that fetches only the ranges read (HTTP
+    `Range`)."""
     with _pinned(url) as fs:
         return fs.open(url, "rb", block_size=_READAHEAD_BYTES, cache_type="readahead")
 
@@ -145,7 +154,9 @@ def pinned_revision(url: str) -> str:
     """The commit a pinned url names; HubError for an unpinned one."""
     match = _PINNED_URL.fullmatch(url)
     if match is None:
-        raise HubError(f"{url!r} is not pinned to a commit; read the urls resolve_hub_dataset gives")
+        raise HubError(
+            f"{url!r} is not pinned to a commit; read the urls resolve_hub_dataset gives"
+        )
     return match["revision"]
 
 
@@ -158,7 +169,9 @@ def _pinned(url: str) -> Iterator[HfFileSystem]:
     try:
         yield HfFileSystem()
     except FileNotFoundError as e:
-        raise HubError(f"{url}: not on the Hub ({e}); was the commit squashed or the repo deleted?") from None
+        raise HubError(
+            f"{url}: not on the Hub ({e}); was the commit squashed or the repo deleted?"
+        ) from None
 
 
 def _dataset_info(repo_id: str, revision: str | None) -> DatasetInfo:
@@ -172,10 +185,13 @@ def _dataset_info(repo_id: str, revision: str | None) -> DatasetInfo:
     try:
         return HfApi().dataset_info(repo_id, revision=revision)
     except HFValidationError as e:
-        raise HubError(f"{repo_id!r} is not a Hugging Face dataset id ({e}); pass NAMESPACE/NAME") from None
+        raise HubError(
+            f"{repo_id!r} is not a Hugging Face dataset id ({e}); pass NAMESPACE/NAME"
+        ) from None
     except RevisionNotFoundError:
         raise HubError(
-            f"Hugging Face dataset {repo_id!r} has no revision {revision!r}; pass a branch, tag or commit sha"
+            f"Hugging Face dataset {repo_id!r} has no revision {revision!r}; pass a branch, tag or "
+            "commit sha"
         ) from None
     except RepositoryNotFoundError:
         raise HubError(
@@ -186,7 +202,9 @@ def _dataset_info(repo_id: str, revision: str | None) -> DatasetInfo:
         raise _unreachable(repo_id, e) from None
 
 
-def _builder(repo_id: str, name: str | None, sha: str | None, *, gated: bool, where: str) -> DatasetBuilder:
+def _builder(
+    repo_id: str, name: str | None, sha: str | None, *, gated: bool, where: str
+) -> DatasetBuilder:
     import datasets
     from huggingface_hub import constants
 
@@ -196,7 +214,8 @@ def _builder(repo_id: str, name: str | None, sha: str | None, *, gated: bool, wh
         if gated:
             raise HubError(
                 f"{where}: the dataset is gated; accept its conditions at "
-                f"{constants.ENDPOINT}/datasets/{repo_id} and set HF_TOKEN to a token of that account"
+                f"{constants.ENDPOINT}/datasets/{repo_id} and set HF_TOKEN to a token of that "
+                "account"
             ) from None
         raise HubError(f"{where}: {e}; set HF_TOKEN to a token that can read it") from None
     except _network_errors() as e:
@@ -204,7 +223,9 @@ def _builder(repo_id: str, name: str | None, sha: str | None, *, gated: bool, wh
     except ValueError as e:
         configs = datasets.get_dataset_config_names(repo_id, revision=sha)
         if name is not None and name not in configs:
-            raise HubError(f"{where}: no config {name!r} (configs: {configs}); pass --hf-name") from None
+            raise HubError(
+                f"{where}: no config {name!r} (configs: {configs}); pass --hf-name"
+            ) from None
         if name is None and len(configs) > 1:
             raise HubError(f"{where}: several configs ({configs}); pass --hf-name") from None
         raise HubError(f"{where}: `datasets` cannot resolve its data files: {e}") from None
@@ -226,7 +247,9 @@ def _format_of(builder: DatasetBuilder, where: str) -> str:
         if getattr(builder.config, option, None) is not None
     }
     if changed:
-        raise HubError(f"{where}: config {builder.config.name!r} sets {changed}, which is not supported")
+        raise HubError(
+            f"{where}: config {builder.config.name!r} sets {changed}, which is not supported"
+        )
     return fmt
 
 
@@ -236,8 +259,8 @@ def _check_name(url: str, builder_name: str, where: str) -> None:
     name = next((url[: -len(c)] for c in compressions if url.endswith(c)), url)
     if not name.lower().endswith(endings):
         raise HubError(
-            f"{where}: `datasets` reads all the repo's data files with the {builder_name!r} builder, "
-            f"but {url} is not named {'/'.join(endings)}"
+            f"{where}: `datasets` reads all the repo's data files with the {builder_name!r} "
+            f"builder, but {url} is not named {'/'.join(endings)}"
             + (f" (plain or compressed as {'/'.join(compressions)})" if compressions else "")
         )
 
@@ -256,5 +279,6 @@ def _unreachable(repo_id: str, error: Exception) -> HubError:
 
     return HubError(
         f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} for {repo_id!r} "
-        f"({type(error).__name__}: {error}); check the network and HF_ENDPOINT, and unset HF_HUB_OFFLINE"
+        f"({type(error).__name__}: {error}); check the network and HF_ENDPOINT, and unset "
+        "HF_HUB_OFFLINE"
     )

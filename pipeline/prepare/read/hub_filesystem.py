@@ -32,7 +32,10 @@ class HubFileSystem(FileSystem):
         return False
 
     def open(
-        self, path: str, mime_type: str = "application/octet-stream", compression_type: str = CompressionTypes.AUTO
+        self,
+        path: str,
+        mime_type: str = "application/octet-stream",
+        compression_type: str = CompressionTypes.AUTO,
     ) -> BinaryIO:
         if compression_type not in (CompressionTypes.AUTO, CompressionTypes.UNCOMPRESSED):
             raise ValueError(f"{path}: hub files are read as stored (got {compression_type=})")
@@ -63,7 +66,9 @@ class HubFileSystem(FileSystem):
     def mkdirs(self, path: str) -> None:
         raise NotImplementedError("hub files are read-only")
 
-    def create(self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO):
+    def create(
+        self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO
+    ):
         raise NotImplementedError("hub files are read-only")
 
     def copy(self, source_file_names, destination_file_names) -> None:

@@ -13,8 +13,7 @@ import json
 import os
 
 from pipeline.dataset import storage
-from pipeline.prepare.read import hub
-from pipeline.prepare.read import SOURCES, SourceError, format_of_name
+from pipeline.prepare.read import SOURCES, SourceError, format_of_name, hub
 from schemas.prepare_config import PrepareConfig
 
 _SAVED_DATASET = "state.json"
@@ -27,7 +26,9 @@ class ResolvedInputs:
     hub_revisions: dict[str, str]  # hub id -> the commit it was pinned to
 
 
-def resolve_inputs(specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str]) -> ResolvedInputs:
+def resolve_inputs(
+    specs: list[str], config: PrepareConfig, hub_revisions: dict[str, str]
+) -> ResolvedInputs:
     """`hub_revisions` pins hub ids to a revision (an unfinished run's, or the user's); others take
     their default branch."""
     files: list[tuple[str, str]] = []
@@ -58,7 +59,10 @@ def resolve_inputs(specs: list[str], config: PrepareConfig, hub_revisions: dict[
 def _format(path: str, config: PrepareConfig) -> str:
     fmt = config.format or format_of_name(path)
     if fmt is None:
-        raise SourceError(f"cannot tell the format of {path!r} from its name; pass --format ({', '.join(SOURCES)})")
+        raise SourceError(
+            f"cannot tell the format of {path!r} from its name; pass --format "
+            f"({', '.join(SOURCES)})"
+        )
     return fmt
 
 
@@ -72,8 +76,12 @@ def _dataset_files(
             saved = _saved_dataset_files(directory, config.hf_split)
             if saved is not None:
                 return saved, None
-            return hub.resolve_local_dataset(directory, name=config.hf_name, split=config.hf_split), None
-        resolved = hub.resolve_hub_dataset(spec, name=config.hf_name, split=config.hf_split, revision=revision)
+            return hub.resolve_local_dataset(
+                directory, name=config.hf_name, split=config.hf_split
+            ), None
+        resolved = hub.resolve_hub_dataset(
+            spec, name=config.hf_name, split=config.hf_split, revision=revision
+        )
     except hub.HubError as e:
         raise SourceError(str(e)) from None
     return [(f.url, f.format) for f in resolved.files], resolved.revision
@@ -85,7 +93,9 @@ def _saved_dataset_files(directory: str, split: str) -> list[tuple[str, str]] | 
         with open(os.path.join(directory, _SAVED_DATASET_DICT)) as f:
             splits = json.load(f)["splits"]
         if split not in splits:
-            raise SourceError(f"{directory}: no split {split!r} (splits: {sorted(splits)}); pass --hf-split")
+            raise SourceError(
+                f"{directory}: no split {split!r} (splits: {sorted(splits)}); pass --hf-split"
+            )
         directory = os.path.join(directory, split)
     if not os.path.exists(os.path.join(directory, _SAVED_DATASET)):
         return None

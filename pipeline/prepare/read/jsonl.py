@@ -16,6 +16,15 @@ from typing import Any
 import zstandard
 
 from pipeline.dataset import storage
+from pipeline.dataset.storage import FileInfo
+from pipeline.prepare.read.base import (
+    BOM,
+    ContentDigest,
+    RangeReader,
+    SourceError,
+    byte_ranges,
+    check_text,
+)
 from pipeline.prepare.read.documents import (
     BLANK_LINES,
     EMPTY,
@@ -29,16 +38,7 @@ from pipeline.prepare.read.documents import (
     Tally,
     decode_utf8,
 )
-from pipeline.prepare.read.base import (
-    BOM,
-    ContentDigest,
-    RangeReader,
-    SourceError,
-    byte_ranges,
-    check_text,
-)
 from pipeline.prepare.units import WorkUnit
-from pipeline.dataset.storage import FileInfo
 from schemas.prepare_config import PrepareConfig
 
 _CHUNK = 4 * 2**20
@@ -76,7 +76,9 @@ def _decompressed_chunks(f, path: str, compression: str, digest: ContentDigest) 
         while raw:
             if padding or (not started and raw[0] == 0):
                 if raw.strip(b"\x00"):
-                    raise SourceError(f"{path}: corrupt {compression} data: non-zero bytes after zero padding")
+                    raise SourceError(
+                        f"{path}: corrupt {compression} data: non-zero bytes after zero padding"
+                    )
                 padding = True
                 break
             started = True
@@ -89,7 +91,9 @@ def _decompressed_chunks(f, path: str, compression: str, digest: ContentDigest) 
             decoder = _decompressor(compression)
             started = False
     if started and not decoder.eof:
-        raise SourceError(f"{path}: truncated {compression} stream (ends inside a compressed block)")
+        raise SourceError(
+            f"{path}: truncated {compression} stream (ends inside a compressed block)"
+        )
 
 
 def _inflate(decoder, raw: bytes) -> Generator[bytes, None, bytes]:
@@ -153,13 +157,22 @@ class JsonlSource:
         return byte_ranges(info.size, config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+        self,
+        unit: WorkUnit,
+        config: PrepareConfig,
+        tally: Tally,
+        digest: ContentDigest,
+        *,
+        located: bool = False,
     ) -> Iterator[Read]:
         limit = _LINE_LIMIT_FACTOR * config.max_document_bytes
         with storage.open_raw(unit.path) as f:
             compression = compression_of(unit.path)
             if compression is not None:
-                lines = _lines(_checked(_decompressed_chunks(f, unit.path, compression, digest), unit.path), limit)
+                lines = _lines(
+                    _checked(_decompressed_chunks(f, unit.path, compression, digest), unit.path),
+                    limit,
+                )
                 first_offset = 0
             else:
                 reader = RangeReader(f, unit, digest, count_newlines=True)
@@ -172,7 +185,9 @@ class JsonlSource:
             runs = DocumentRuns(config.max_document_bytes, tally, located=located)
             for offset, line in enumerate(lines, start=first_offset):
                 if line is None:
-                    tally.reject(Reject(LINE_TOO_LONG, unit.path, f"longer than {limit} bytes", line=offset))
+                    tally.reject(
+                        Reject(LINE_TOO_LONG, unit.path, f"longer than {limit} bytes", line=offset)
+                    )
                     continue
                 if unit.start == 0 and offset == 0 and line.startswith(BOM):
                     line = line[len(BOM) :]
@@ -226,7 +241,9 @@ def _parse_line(
         return None
     text = record[field]
     if not isinstance(text, str):
-        tally.reject(Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", line=offset))
+        tally.reject(
+            Reject(NON_STRING_TEXT, path, f"{field!r} is {type(text).__name__}", line=offset)
+        )
         return None
     if not text.strip():
         tally.skip(EMPTY)

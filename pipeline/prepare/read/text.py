@@ -16,6 +16,14 @@ from collections.abc import Iterator
 from itertools import accumulate, compress
 
 from pipeline.dataset import storage
+from pipeline.dataset.storage import FileInfo
+from pipeline.prepare.read.base import (
+    ContentDigest,
+    RangeReader,
+    byte_ranges,
+    separated,
+    separator_regex,
+)
 from pipeline.prepare.read.documents import (
     CUT_DOCUMENTS,
     DOCUMENT_PIECES,
@@ -28,15 +36,7 @@ from pipeline.prepare.read.documents import (
     decode_utf8,
     is_long,
 )
-from pipeline.prepare.read.base import (
-    ContentDigest,
-    RangeReader,
-    byte_ranges,
-    separated,
-    separator_regex,
-)
 from pipeline.prepare.units import WorkUnit
-from pipeline.dataset.storage import FileInfo
 from schemas.prepare_config import PrepareConfig
 
 
@@ -60,7 +60,13 @@ class TextSource:
         return byte_ranges(info.size, config.unit_bytes)
 
     def read(
-        self, unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+        self,
+        unit: WorkUnit,
+        config: PrepareConfig,
+        tally: Tally,
+        digest: ContentDigest,
+        *,
+        located: bool = False,
     ) -> Iterator[Read]:
         separator = config.separator.encode("utf-8")
         with storage.open_raw(unit.path) as f:
@@ -91,26 +97,35 @@ class TextSource:
             if not owned:
                 return
             lines = None
-            if located:  # lines between the range's start and the region's: the newline just before it, if any
+            # lines between the range's start and the region's: the newline just before it, if any
+            if located:
                 lines = _piece_lines(pieces, between, 1 if first else 0)[len(pieces) - len(owned) :]
             yield from _whole_documents(owned[:-1], lines, config.max_document_bytes, tally)
             # The last document runs on past the region, up to the next separator line if any.
             head = owned[-1].encode("utf-8") if isinstance(owned[-1], str) else owned[-1]
-            yield from _finish(bytearray(head + rest), lines and lines[-1], reader, config, tally, at_eof=at_eof)
+            yield from _finish(
+                bytearray(head + rest), lines and lines[-1], reader, config, tally, at_eof=at_eof
+            )
 
 
 def _piece_lines(pieces: list[bytes] | list[str], between: list[int], first: int) -> list[int]:
     """The line each piece of `separated` starts on, `first` being the first's."""
     newline = "\n" if pieces and isinstance(pieces[0], str) else b"\n"
     # In bulk (map and accumulate run in C): a unit holds tens of thousands of documents.
-    return list(accumulate(map(operator.add, map(operator.methodcaller("count", newline), pieces), between), initial=first))
+    return list(
+        accumulate(
+            map(operator.add, map(operator.methodcaller("count", newline), pieces), between),
+            initial=first,
+        )
+    )
 
 
 def _whole_documents(
     pieces: list[bytes] | list[str], lines: list[int] | None, limit: int, tally: Tally
 ) -> Iterator[Read]:
     """The pieces between separator lines as documents, stripped (blank ones are counted skips), in
-    runs, with the lines they start on when given; one over `limit` bytes is cut as `_finish` cuts it.
+    runs, with the lines they start on when given; one over `limit` bytes is cut as `_finish` cuts
+    it.
 
     In bulk (comprehensions, and C's map and compress): a unit holds tens of thousands of documents.
     """
@@ -120,24 +135,35 @@ def _whole_documents(
     quarter = limit // 4 if text else limit  # a character is at most 4 bytes: the cheap test first
     long = []
     if max(map(len, pieces)) > quarter:
-        long = [i for i, piece in enumerate(pieces) if len(piece) > quarter and (not text or is_long(piece, limit))]
+        long = [
+            i
+            for i, piece in enumerate(pieces)
+            if len(piece) > quarter and (not text or is_long(piece, limit))
+        ]
     start = 0
     for end in [*long, len(pieces)]:
-        texts = [piece.strip() for piece in pieces[start:end]] if text else [
-            decode_utf8(piece, tally).strip() for piece in pieces[start:end]
-        ]
+        texts = (
+            [piece.strip() for piece in pieces[start:end]]
+            if text
+            else [decode_utf8(piece, tally).strip() for piece in pieces[start:end]]
+        )
         kept = texts if all(texts) else list(compress(texts, texts))
         tally.skip(EMPTY, len(texts) - len(kept))
         if kept:
-            yield DocumentRun(kept, None if lines is None else list(compress(lines[start:end], texts)))
+            yield DocumentRun(
+                kept, None if lines is None else list(compress(lines[start:end], texts))
+            )
         if end < len(pieces):
             data = pieces[end].encode("utf-8", "surrogatepass") if text else pieces[end]
             yield from _cut(bytearray(data), lines and lines[end], limit, tally)
         start = end + 1
 
 
-def _cut(data: bytearray, line: int | None, limit: int, tally: Tally, *, pieces: int = 0) -> Iterator[DocumentPiece]:
-    """A document's bytes over `limit`, from piece number `pieces` on, cut as `_finish` cuts them."""
+def _cut(
+    data: bytearray, line: int | None, limit: int, tally: Tally, *, pieces: int = 0
+) -> Iterator[DocumentPiece]:
+    """A document's bytes over `limit`, from piece number `pieces` on, cut as `_finish` cuts
+    them."""
     while len(data) > limit:
         cut = cut_point(data, 0, limit)
         yield from _emit(bytes(data[:cut]), line, tally, piece=pieces, more=True)
@@ -147,7 +173,13 @@ def _cut(data: bytearray, line: int | None, limit: int, tally: Tally, *, pieces:
 
 
 def _finish(
-    buf: bytearray, line: int | None, reader: RangeReader, config: PrepareConfig, tally: Tally, *, at_eof: bool
+    buf: bytearray,
+    line: int | None,
+    reader: RangeReader,
+    config: PrepareConfig,
+    tally: Tally,
+    *,
+    at_eof: bool,
 ) -> Iterator[Read]:
     """The document whose bytes begin `buf` (at a line start, `line`), read on to the next
     separator line.
@@ -187,7 +219,13 @@ def _finish(
 
 
 def _emit(
-    data: bytes, line: int | None, tally: Tally, *, piece: int = 0, more: bool = False, trailing: bool = False
+    data: bytes,
+    line: int | None,
+    tally: Tally,
+    *,
+    piece: int = 0,
+    more: bool = False,
+    trailing: bool = False,
 ) -> Iterator[Read]:
     """A whole document, or piece number `piece` of a cut one (`more`: pieces follow), starting on
     `line`.

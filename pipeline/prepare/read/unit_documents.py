@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pipeline.prepare.read.documents import DocumentPiece, DocumentRun, Read, Tally
 from pipeline.prepare.read import SOURCES
 from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.read.documents import DocumentPiece, DocumentRun, Read, Tally
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import PrepareConfig
 
 
 def numbered_documents(
-    unit: WorkUnit, config: PrepareConfig, tally: Tally, digest: ContentDigest, *, located: bool = False
+    unit: WorkUnit,
+    config: PrepareConfig,
+    tally: Tally,
+    digest: ContentDigest,
+    *,
+    located: bool = False,
 ) -> Iterator[tuple[int, Read]]:
     """`(number of the first document, what was read)` for each run of whole documents or piece of
     a cut one the unit's source yields (see `Source.read`)."""
@@ -43,5 +48,10 @@ def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]
         else:
             kept = [i for i in range(len(read.texts)) if first + i not in removed]
             if kept:
-                pick = lambda values: None if values is None else [values[i] for i in kept]  # noqa: E731
-                yield DocumentRun(pick(read.texts), pick(read.locations), pick(read.ids))
+                yield DocumentRun(
+                    *(_picked(v, kept) for v in (read.texts, read.locations, read.ids))
+                )
+
+
+def _picked(values: list | None, kept: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in kept]

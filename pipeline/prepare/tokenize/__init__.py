@@ -1,1 +1,2 @@
-"""prepare's tokenize step: one work unit's documents to token ids, split, shuffled and packed into records."""
+"""prepare's tokenize step: one work unit's documents to token ids, split, shuffled and packed into
+records."""

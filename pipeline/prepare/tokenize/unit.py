@@ -22,11 +22,11 @@ import numpy as np
 from pipeline.dataset import storage
 from pipeline.prepare.clean.edits import edited_documents, read_edits
 from pipeline.prepare.clean.removals import cleans, removed_numbers
-from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
-from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
-from pipeline.prepare.write.shard_writer import ShardWriter
+from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
+from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import (
     UnitResult,
@@ -34,7 +34,7 @@ from pipeline.prepare.units import (
     unit_record_name,
     unit_rejects_name,
 )
-from pipeline.prepare.execution.worker_environment import package_versions
+from pipeline.prepare.write.shard_writer import ShardWriter
 from pipeline.splitmix import splitmix64
 from pipeline.tokenization import Tokenizer, load_tokenizer
 from schemas import formats
@@ -56,7 +56,9 @@ def validation_mask(texts: list[str], fraction: float, seed: int) -> np.ndarray:
     return np.fromiter(
         (
             int.from_bytes(
-                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8, salt=salt).digest(),
+                hashlib.blake2b(
+                    t.encode("utf-8", "surrogatepass"), digest_size=8, salt=salt
+                ).digest(),
                 "little",
             )
             < threshold
@@ -156,7 +158,9 @@ class _UnitWriter:
         first piece."""
         self.flush()
         if piece.first:
-            to_validation = validation_mask([piece.text], self._config.validation_fraction, self._config.seed)
+            to_validation = validation_mask(
+                [piece.text], self._config.validation_fraction, self._config.seed
+            )
             self._piece_split = "validation" if to_validation[0] else "train"
         if piece.text:
             tokens, lengths = self._tokenizer.encode_piece(piece.text, first=piece.first)
@@ -170,8 +174,14 @@ class _UnitWriter:
         for split, selected in (("train", ~to_validation), ("validation", to_validation)):
             indices = np.flatnonzero(selected)
             if len(indices):
-                order = indices[shuffled_order(len(indices), self._config.seed, self._unit.index, self._batches, split)]
-                tokens, lengths = self._tokenizer.encode_documents([texts[i] for i in order.tolist()])
+                order = indices[
+                    shuffled_order(
+                        len(indices), self._config.seed, self._unit.index, self._batches, split
+                    )
+                ]
+                tokens, lengths = self._tokenizer.encode_documents(
+                    [texts[i] for i in order.tolist()]
+                )
                 # The dtype was chosen to hold every id of the vocabulary.
                 self.shards.write(split, tokens.astype(self._dtype), lengths.tolist())
         self._batches += 1
@@ -185,7 +195,8 @@ def check_unchanged(unit: WorkUnit) -> None:
     if (info.size, info.version) != (unit.size, unit.version):
         raise InputChangedError(
             f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
-            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs as they are now"
+            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs "
+            "as they are now"
         )
 
 
@@ -196,12 +207,16 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     config = context.config
     check_unchanged(unit)
     tally, digest = Tally(), ContentDigest()
-    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    tokenizer = load_tokenizer(
+        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
+    )
     writer = _UnitWriter(context, unit, tokenizer)
     removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
     edits = read_edits(context.output_dir, unit.index) if config.filters else {}
     try:
-        numbered = edited_documents(numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes)
+        numbered = edited_documents(
+            numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
+        )
         for read in kept_documents(numbered, removed):
             writer.add(read)
         writer.flush()
@@ -221,7 +236,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     if tally.rejects:
         lines = "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in tally.rejects)
         storage.write_bytes_atomic(
-            storage.join(state, formats.UNIT_REJECTS_DIR, unit_rejects_name(unit.index)), lines.encode()
+            storage.join(state, formats.UNIT_REJECTS_DIR, unit_rejects_name(unit.index)),
+            lines.encode(),
         )
     result = UnitResult(
         unit=unit.index,
@@ -233,10 +249,12 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         newlines=digest.newlines,
         package_versions=_worker_versions(context.extras),
         seconds=time.perf_counter() - started,
-        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux counts KiB
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        * 1024,  # Linux counts KiB
         worker=f"{platform.node()}:{os.getpid()}",
     )
     storage.write_bytes_atomic(
-        storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)), result.to_json().encode()
+        storage.join(state, formats.UNITS_DIR, unit_record_name(unit.index)),
+        result.to_json().encode(),
     )
     return result

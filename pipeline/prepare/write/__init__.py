@@ -1,1 +1,2 @@
-"""prepare's write step: shards, the output directory's state, and the manifest assembled at the end."""
+"""prepare's write step: shards, the output directory's state, and the manifest assembled at the
+end."""

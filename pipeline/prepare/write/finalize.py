@@ -15,14 +15,14 @@ import os
 
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import shard_sizes
-from pipeline.prepare.clean.eval_sets import EvalSet
 from pipeline.prepare.clean.eval_matches import read_eval_matches
-from pipeline.prepare.clean.report import common_ngrams_report
+from pipeline.prepare.clean.eval_sets import EvalSet
 from pipeline.prepare.clean.removals import cleans, write_removals_file
-from pipeline.prepare.read.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
-from pipeline.prepare.write.output_dir import plan_identity_record, remove_state
+from pipeline.prepare.clean.report import common_ngrams_report
 from pipeline.prepare.planning import Plan
+from pipeline.prepare.read.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
+from pipeline.prepare.write.output_dir import plan_identity_record, remove_state
 from pipeline.tokenization import load_tokenizer
 from pipeline.tokenization.dataset_copy import save_copy
 from schemas import formats
@@ -34,7 +34,9 @@ class FinalizeError(RunError, RuntimeError):
     """The unit records cannot make a manifest (missing units, or workers of other versions)."""
 
 
-def finished_units(output_dir: str, known: dict[int, UnitResult] | None = None) -> dict[int, UnitResult]:
+def finished_units(
+    output_dir: str, known: dict[int, UnitResult] | None = None
+) -> dict[int, UnitResult]:
     """Unit records present now; a unit whose record is missing has not finished.
 
     Records already in `known` are not read again, so polling a large run lists the directory
@@ -76,7 +78,9 @@ def _input_digest(unit_digests: list[str]) -> str:
     return hashlib.sha256(b"".join(bytes.fromhex(d) for d in unit_digests)).hexdigest()
 
 
-def _package_versions(results: list[UnitResult], launcher_versions: dict[str, str]) -> dict[str, str]:
+def _package_versions(
+    results: list[UnitResult], launcher_versions: dict[str, str]
+) -> dict[str, str]:
     """The versions the workers ran: one set, or the run is refused."""
     found = {json.dumps(r.package_versions, sort_keys=True) for r in results}
     if len(found) > 1:
@@ -85,17 +89,21 @@ def _package_versions(results: list[UnitResult], launcher_versions: dict[str, st
 
 
 def build_manifest(
-    plan: Plan, results: dict[int, UnitResult], sizes: dict[str, int], launcher_versions: dict[str, str]
+    plan: Plan,
+    results: dict[int, UnitResult],
+    sizes: dict[str, int],
+    launcher_versions: dict[str, str],
 ) -> Manifest:
-    """The manifest of finished units whose shards are all in place (`sizes`, from `shard_sizes`)."""
+    """The manifest of finished units whose shards are all in place (`sizes`, from
+    `shard_sizes`)."""
     missing = [u.index for u in plan.units if u.index not in results]
     if missing:
         raise FinalizeError(f"cannot write the manifest: units {missing[:10]} have not finished")
     gone = [i for i in sorted(results) if not is_complete(results[i], sizes)]
     if gone:
         raise FinalizeError(
-            f"cannot write the manifest: the shards of units {gone[:10]} are missing or not the size "
-            "their units recorded (deleted or changed since); rerun to make them again"
+            f"cannot write the manifest: the shards of units {gone[:10]} are missing or not the "
+            "size their units recorded (deleted or changed since); rerun to make them again"
         )
     ordered = [results[u.index] for u in plan.units]
     unit_digests: dict[int, list[str]] = collections.defaultdict(list)
@@ -107,12 +115,21 @@ def build_manifest(
         documents[unit.input_index] += sum(s.documents for s in result.shards)
         tokens[unit.input_index] += result.tokens
     inputs = tuple(
-        InputInfo(path=item.path, format=item.format, size=item.size, digest=_input_digest(unit_digests[i]),
-                  documents=documents[i], tokens=tokens[i])
+        InputInfo(
+            path=item.path,
+            format=item.format,
+            size=item.size,
+            digest=_input_digest(unit_digests[i]),
+            documents=documents[i],
+            tokens=tokens[i],
+        )
         for i, item in enumerate(plan.inputs)
     )
     shards = tuple(
-        sorted((s for r in ordered for s in r.shards), key=lambda s: (formats.SPLITS.index(s.split), s.unit))
+        sorted(
+            (s for r in ordered for s in r.shards),
+            key=lambda s: (formats.SPLITS.index(s.split), s.unit),
+        )
     )
     skipped: collections.Counter[str] = collections.Counter(r.reason for r in plan.bad_inputs)
     counts: collections.Counter[str] = collections.Counter()
@@ -144,7 +161,10 @@ _HINTS = {
 
 
 def _listed(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {reason}" + (f": {_HINTS[reason]}" if reason in _HINTS else "") for reason, n in counts.items())
+    return ", ".join(
+        f"{n} {reason}" + (f": {_HINTS[reason]}" if reason in _HINTS else "")
+        for reason, n in counts.items()
+    )
 
 
 def why_empty(plan: Plan, manifest: Manifest) -> str:
@@ -152,13 +172,17 @@ def why_empty(plan: Plan, manifest: Manifest) -> str:
     cleaning's removals, or the split."""
     kept = sum(t.documents for t in manifest.totals.values())
     if kept:
-        return (f"all {kept} documents went to the validation split (--validation-fraction "
-                f"{plan.config.validation_fraction}); lower it or add data")
+        return (
+            f"all {kept} documents went to the validation split (--validation-fraction "
+            f"{plan.config.validation_fraction}); lower it or add data"
+        )
     causes = []
     if manifest.skipped:
         causes.append(f"skipped ({_listed(manifest.skipped)}; see {formats.REJECTS_NAME})")
     if manifest.removed:
-        causes.append(f"removed by cleaning ({_listed(manifest.removed)}; see {formats.REMOVALS_NAME})")
+        causes.append(
+            f"removed by cleaning ({_listed(manifest.removed)}; see {formats.REMOVALS_NAME})"
+        )
     if causes:
         return "every document was " + " or ".join(causes)
     if not plan.units:
@@ -167,7 +191,8 @@ def why_empty(plan: Plan, manifest: Manifest) -> str:
 
 
 def newlines_before(plan: Plan, results: dict[int, UnitResult]) -> dict[int, int]:
-    """Per unit, the newlines of its input before its range: what makes its line numbers absolute."""
+    """Per unit, the newlines of its input before its range: what makes its line numbers
+    absolute."""
     before: dict[int, int] = {}
     following: collections.Counter[int] = collections.Counter()
     for unit in plan.units:
@@ -178,7 +203,13 @@ def newlines_before(plan: Plan, results: dict[int, UnitResult]) -> dict[int, int
 
 def _reject_line(reject: dict, newlines_before: int) -> str:
     line, row = reject.pop("line"), reject.pop("row")
-    reject["location"] = f"line {1 + newlines_before + line}" if line is not None else f"row {row}" if row is not None else ""
+    reject["location"] = (
+        f"line {1 + newlines_before + line}"
+        if line is not None
+        else f"row {row}"
+        if row is not None
+        else ""
+    )
     return json.dumps(reject, sort_keys=True) + "\n"
 
 
@@ -191,14 +222,23 @@ def _write_rejects(output_dir: str, plan: Plan, newlines: dict[int, int]) -> Non
             out.writelines(_reject_line(r.to_dict(), 0) for r in plan.bad_inputs)
             for unit in plan.units:
                 if unit_rejects_name(unit.index) in present:
-                    text = storage.read_text(storage.join(rejects_dir, unit_rejects_name(unit.index)))
-                    out.writelines(_reject_line(json.loads(line), newlines[unit.index]) for line in text.splitlines())
+                    text = storage.read_text(
+                        storage.join(rejects_dir, unit_rejects_name(unit.index))
+                    )
+                    out.writelines(
+                        _reject_line(json.loads(line), newlines[unit.index])
+                        for line in text.splitlines()
+                    )
 
 
-def _cleaning_outputs(output_dir: str, plan: Plan, newlines: dict[int, int], evals: EvalSet | None) -> dict:
+def _cleaning_outputs(
+    output_dir: str, plan: Plan, newlines: dict[int, int], evals: EvalSet | None
+) -> dict:
     """removals.jsonl, and with eval files common_ngrams.jsonl; the manifest's fields of them."""
     config = plan.config
-    removed, per_eval = write_removals_file(output_dir, list(plan.units), config.decontaminate, newlines)
+    removed, per_eval = write_removals_file(
+        output_dir, list(plan.units), config.decontaminate, newlines
+    )
     if evals is None:
         return {"removed": removed}
     indices, counts = read_eval_matches(output_dir)
@@ -206,15 +246,27 @@ def _cleaning_outputs(output_dir: str, plan: Plan, newlines: dict[int, int], eva
     common_per_file = collections.Counter(evals.files[common].tolist())
     common_ngrams_report(output_dir, config, evals, indices, counts)
     eval_files = tuple(
-        EvalFileInfo(path=path, sha256=sha256, removed=n, examples=stats.examples, ngrams=stats.ngrams,
-                     common_ngrams=common_per_file[i])
-        for i, (path, sha256, n, stats) in enumerate(zip(config.decontaminate, plan.eval_digests, per_eval, evals.stats))
+        EvalFileInfo(
+            path=path,
+            sha256=sha256,
+            removed=n,
+            examples=stats.examples,
+            ngrams=stats.ngrams,
+            common_ngrams=common_per_file[i],
+        )
+        for i, (path, sha256, n, stats) in enumerate(
+            zip(config.decontaminate, plan.eval_digests, per_eval, evals.stats)
+        )
     )
     return {"removed": removed, "eval_files": eval_files}
 
 
 def write_outputs(
-    output_dir: str, plan: Plan, run_info: dict, launcher_versions: dict[str, str], evals: EvalSet | None = None
+    output_dir: str,
+    plan: Plan,
+    run_info: dict,
+    launcher_versions: dict[str, str],
+    evals: EvalSet | None = None,
 ) -> Manifest:
     """Rejects, removals, the tokenizer's copy and run info first, the manifest last: its presence
     means the directory is complete. A run with no training data fails here, its rejects and
@@ -224,20 +276,35 @@ def write_outputs(
     newlines = newlines_before(plan, results)
     _write_rejects(output_dir, plan, newlines)
     if cleans(plan.config):
-        manifest = dataclasses.replace(manifest, **_cleaning_outputs(output_dir, plan, newlines, evals))
+        manifest = dataclasses.replace(
+            manifest, **_cleaning_outputs(output_dir, plan, newlines, evals)
+        )
     if "train" not in manifest.totals:
         raise FinalizeError(f"no training data: {why_empty(plan, manifest)}")
     config = plan.config
-    tokenizer = load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
-    copy = save_copy(tokenizer, lambda relative, data: storage.write_bytes_atomic(storage.join(output_dir, relative), data))
+    tokenizer = load_tokenizer(
+        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
+    )
+    copy = save_copy(
+        tokenizer,
+        lambda relative, data: storage.write_bytes_atomic(storage.join(output_dir, relative), data),
+    )
     manifest = dataclasses.replace(manifest, tokenizer_copy=copy)
     peak = max((r.peak_rss_bytes for r in results.values()), default=0)
     worker_seconds = sum(r.seconds for r in results.values())
-    info = {**run_info, **plan_identity_record(plan), "workers_peak_rss_bytes": peak, "workers_seconds": worker_seconds,
-            "worker_processes": len({r.worker for r in results.values()})}
+    info = {
+        **run_info,
+        **plan_identity_record(plan),
+        "workers_peak_rss_bytes": peak,
+        "workers_seconds": worker_seconds,
+        "worker_processes": len({r.worker for r in results.values()}),
+    }
     storage.write_bytes_atomic(
-        storage.join(output_dir, formats.RUN_INFO_NAME), (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
+        storage.join(output_dir, formats.RUN_INFO_NAME),
+        (json.dumps(info, indent=2, sort_keys=True) + "\n").encode(),
     )
-    storage.write_bytes_atomic(storage.join(output_dir, formats.MANIFEST_NAME), manifest.to_json().encode())
+    storage.write_bytes_atomic(
+        storage.join(output_dir, formats.MANIFEST_NAME), manifest.to_json().encode()
+    )
     remove_state(output_dir)
     return manifest

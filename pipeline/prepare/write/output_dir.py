@@ -31,7 +31,9 @@ def _differences(old: dict, new: dict) -> str:
     for section in ("config", "tokenizer", "inputs", "eval_files"):
         if old.get(section) != new.get(section):
             if section == "config":
-                keys = sorted(k for k in new[section] if old.get(section, {}).get(k) != new[section][k])
+                keys = sorted(
+                    k for k in new[section] if old.get(section, {}).get(k) != new[section][k]
+                )
                 what.append("config (" + ", ".join(keys) + ")")
             else:
                 what.append(section.replace("_", " "))
@@ -64,10 +66,16 @@ def written_by_earlier_run(output_dir: str) -> list[str] | None:
             ) from None
     if plan is not None:
         count = len(plan["units"])
-        names += [formats.shard_path(split, u["index"], count) for u in plan["units"] for split in formats.SPLITS]
+        names += [
+            formats.shard_path(split, u["index"], count)
+            for u in plan["units"]
+            for split in formats.SPLITS
+        ]
     # The tokenizer's copy, written before the manifest: what is there is the earlier run's.
-    names += [f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(p)}"
-              for p in storage.list_files(storage.join(output_dir, formats.TOKENIZER_COPY_DIR))]
+    names += [
+        f"{formats.TOKENIZER_COPY_DIR}/{os.path.basename(p)}"
+        for p in storage.list_files(storage.join(output_dir, formats.TOKENIZER_COPY_DIR))
+    ]
     return [storage.join(output_dir, name) for name in dict.fromkeys(names)]
 
 
@@ -97,8 +105,8 @@ def check_inputs_outside(output_dir: str, plan: Plan) -> None:
     for item in plan.inputs:
         if storage.is_within(item.path, output_dir):
             raise OutputError(
-                f"input {item.path} lies inside the output directory {output_dir}, where prepare writes "
-                "and --overwrite deletes; choose an --output outside the inputs"
+                f"input {item.path} lies inside the output directory {output_dir}, where prepare "
+                "writes and --overwrite deletes; choose an --output outside the inputs"
             )
 
 
@@ -113,48 +121,64 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
         old = (run_info or {}).get(PLAN_IDENTITY_KEY)
         if old is None:
             raise OutputError(
-                f"{output_dir} holds a dataset without the {formats.RUN_INFO_NAME} that says what it was "
-                "prepared from (copied without it?), so it cannot be told to match these inputs and config; "
-                "pass --overwrite to replace it, or choose another --output"
+                f"{output_dir} holds a dataset without the {formats.RUN_INFO_NAME} that says what "
+                "it was prepared from (copied without it?), so it cannot be told to match these "
+                "inputs and config; pass --overwrite to replace it, or choose another --output"
             )
         if old != identity:
             raise OutputError(
                 f"{output_dir} already holds a dataset prepared with different "
-                f"{_differences(old, identity) or 'settings'}; pass --overwrite to replace it, or choose another --output"
+                f"{_differences(old, identity) or 'settings'}; pass --overwrite to replace it, or "
+                "choose another --output"
             )
-        remove_state(output_dir)  # left if the run that completed it stopped right after its manifest
+        remove_state(
+            output_dir
+        )  # left if the run that completed it stopped right after its manifest
         return COMPLETE
     old_plan = _read_json(_state_path(output_dir, formats.PLAN_NAME))
     if old_plan is not None:
         if old_plan.get("fingerprint") != plan.fingerprint():
             raise OutputError(
-                f"{output_dir} holds an unfinished run with different {_differences(old_plan, identity)}; "
-                "rerun with the same inputs and config to resume it, or pass --overwrite"
+                f"{output_dir} holds an unfinished run with different "
+                f"{_differences(old_plan, identity)}; rerun with the same inputs and config to "
+                "resume it, or pass --overwrite"
             )
         storage.remove_scratch(output_dir)  # an interrupted writer's
         return RESUME
     if not replaced and storage.has_entries(output_dir):
         raise OutputError(
-            f"{output_dir} is not empty and holds no prepare output or state; choose an empty --output"
+            f"{output_dir} is not empty and holds no prepare output or state; choose an empty "
+            "--output"
         )
     try:
         storage.makedirs(output_dir)
-        storage.write_bytes_atomic(_state_path(output_dir, formats.PLAN_NAME), plan.to_json().encode())
+        storage.write_bytes_atomic(
+            _state_path(output_dir, formats.PLAN_NAME), plan.to_json().encode()
+        )
     except OSError as e:
-        raise OutputError(f"cannot write to the output directory {output_dir}: {e.strerror or e}") from None
+        raise OutputError(
+            f"cannot write to the output directory {output_dir}: {e.strerror or e}"
+        ) from None
     return FRESH
 
 
 def plan_identity_record(plan: Plan) -> dict:
     """What run_info.json keeps so that a rerun can tell whether a complete directory is its own."""
-    return {PLAN_IDENTITY_KEY: plan.identity(), "plan_fingerprint": plan.fingerprint(), "hub_revisions": plan.hub_revisions}
+    return {
+        PLAN_IDENTITY_KEY: plan.identity(),
+        "plan_fingerprint": plan.fingerprint(),
+        "hub_revisions": plan.hub_revisions,
+    }
 
 
 def earlier_hub_revisions(output_dir: str) -> dict[str, str]:
-    """The commits an earlier run here pinned its hub datasets to, so that a rerun reads the same."""
-    for path in (_state_path(output_dir, formats.PLAN_NAME), storage.join(output_dir, formats.RUN_INFO_NAME)):
+    """The commits an earlier run here pinned its hub datasets to, so that a rerun reads the
+    same."""
+    for path in (
+        _state_path(output_dir, formats.PLAN_NAME),
+        storage.join(output_dir, formats.RUN_INFO_NAME),
+    ):
         record = _read_json(path)
         if record is not None:
             return dict(record.get("hub_revisions", {}))
     return {}
-

@@ -1,4 +1,5 @@
-"""`flaky://` paths: local files whose reads fail for a while, to inject transient faults into a run.
+"""`flaky://` paths: local files whose reads fail for a while, to inject transient faults into a
+run.
 
 `flaky:///abs/path` is `/abs/path`. While fewer than `FLAKY_FAILURES` (an environment variable)
 reads have failed, each read of a file opened through it raises ConnectionResetError, as a dropped
@@ -45,7 +46,9 @@ class FlakyFileSystem(LocalFileSystem):
     def scheme(cls) -> str:
         return "flaky"
 
-    def open(self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO):
+    def open(
+        self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO
+    ):
         return _FlakyReader(io.FileIO(_local(path), "rb"))
 
     def exists(self, path) -> bool:

@@ -25,7 +25,9 @@ class Moment:
     point: points.Point
     after_call: int = 0  # 0: before the first call; n: once the n-th call has returned
     gc_callback: bool = False  # the point is a gc callback: the signal comes inside its n-th call
-    counted_after: str | None = None  # a gc callback's calls count once this module has finished importing
+    counted_after: str | None = (
+        None  # a gc callback's calls count once this module has finished importing
+    )
 
 
 MOMENTS = {
@@ -41,7 +43,9 @@ TRAIN_MOMENTS = {
     "numpy-import": Moment(points.NUMPY_IMPORT),
     "jaxlib-import": Moment(points.JAXLIB_IMPORT),
     # Once the trainer is loaded: an interrupt while modules load is held back, not lost.
-    "gc-callback": Moment(points.JAX_GC_CALLBACK, after_call=1, gc_callback=True, counted_after="train.trainer"),
+    "gc-callback": Moment(
+        points.JAX_GC_CALLBACK, after_call=1, gc_callback=True, counted_after="train.trainer"
+    ),
     "opening": Moment(points.OPENING),
     "step-3": Moment(points.STEP_FEED, after_call=3),
 }
@@ -59,7 +63,10 @@ def _wrapper(moment: Moment):
             if not moment.after_call:
                 _interrupt()
             result = function(*args, **kwargs)
-            if moment.after_call and points.number(os.environ["INTERRUPT_STATE_DIR"], "call") == moment.after_call:
+            if (
+                moment.after_call
+                and points.number(os.environ["INTERRUPT_STATE_DIR"], "call") == moment.after_call
+            ):
                 _interrupt()
             return result
 

@@ -1,11 +1,12 @@
-"""Named points of a prepare or train run, and acting at one in whichever process of the run reaches it.
+"""Named points of a prepare or train run, and acting at one in whichever process of the run
+reaches it.
 
 A point is the start of an import, or a call of a function or method (`Class.method`) of a module:
 the function is wrapped as its module finishes importing, in every process that imports it, spawned
 or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts (a
-function the module registers in `gc.callbacks` is wrapped there, `wrap_gc_callback`). What
-is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events are
-files made with O_EXCL in a state directory, so they hold across processes whatever their timing.
+function the module registers in `gc.callbacks` is wrapped there, `wrap_gc_callback`). What is done
+there is the fault's (see the modules beside this one). Counts and one-of-a-kind events are files
+made with O_EXCL in a state directory, so they hold across processes whatever their timing.
 """
 
 from __future__ import annotations
@@ -22,21 +23,28 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Point:
     module: str
-    attribute: str | None = None  # a function or `Class.method`; None: as the module starts importing
+    attribute: str | None = (
+        None  # a function or `Class.method`; None: as the module starts importing
+    )
 
 
 # The points of a prepare run that the faults act at.
 IMPORTS = Point("apache_beam")
 PLANNING = Point("pipeline.prepare.planning", "make_plan")
-CLEANING = Point("pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit")  # one unit's first pass
-UNITS = Point("pipeline.prepare.tokenize.unit", "process_unit")  # one unit tokenized, written and recorded
+CLEANING = Point(
+    "pipeline.prepare.clean.unit_fingerprints", "fingerprint_unit"
+)  # one unit's first pass
+UNITS = Point(
+    "pipeline.prepare.tokenize.unit", "process_unit"
+)  # one unit tokenized, written and recorded
 FINISHING = Point("pipeline.prepare.write.finalize", "write_outputs")
 PRISM = Point("apache_beam.runners.portability.prism_runner", "PrismRunner.run_pipeline")
 
 # The points of a training run that the faults act at.
 NUMPY_IMPORT = Point("numpy")
 JAXLIB_IMPORT = Point("jaxlib._jax")  # jaxlib's extension module
-JAX_GC_CALLBACK = Point("jax._src.lib", "_xla_gc_callback")  # registered in gc.callbacks as it imports
+# Registered in gc.callbacks as it imports.
+JAX_GC_CALLBACK = Point("jax._src.lib", "_xla_gc_callback")
 OPENING = Point("train.trainer", "_open")  # the run opens its data
 STEP_FEED = Point("train.mesh", "one_row_per_device")  # once per step, as its batch is fed
 
@@ -68,7 +76,8 @@ def at_import(point: Point, act: Callable[[], None]) -> None:
 
 
 def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
-    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is imported."""
+    """Replaces `point.attribute` of `point.module` by `wrapper(original)` once the module is
+    imported."""
 
     def patch(module) -> None:
         owner, _, name = point.attribute.rpartition(".")
@@ -90,7 +99,9 @@ def wrap_gc_callback(point: Point, wrapper: Callable[[Callable], Callable]) -> N
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None):
+    def __init__(
+        self, module: str, *, act: Callable[[], None] | None = None, patch: Callable | None = None
+    ):
         self._module, self._act, self._patch = module, act, patch
 
     def find_spec(self, name, path, target=None):
