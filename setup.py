@@ -57,6 +57,7 @@ TRAIN = (
         "orbax-checkpoint>=0.11",
         *PLOT,
         "tqdm>=4.66",
+        "tensorboardX>=2.6",  # TensorBoard event files of the metrics, without TensorFlow
     ]
 )
 # gs:// for Beam's FileSystems (prepare) and for etils.epath (the loader's manifests).
@@ -66,7 +67,7 @@ GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 DASK = ["apache-beam[dask]>=2.60"]
 # `wheel`: the tests build the sdist into a wheel without a package index
 # (tests/support/worker_venv.py); `ruff`: the linter and formatter `make test` checks first
-# (ruff.toml).
+# (ruff.toml); TensorBoard itself reads the trainer's event files back in the tests.
 TEST = [
     "pytest>=8",
     "pytest-timeout>=2.3",
@@ -74,6 +75,7 @@ TEST = [
     "hypothesis>=6.100",
     "wheel>=0.40",
     "ruff>=0.15",
+    "tensorboard>=2.16",
 ]
 
 setup(

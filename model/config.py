@@ -11,6 +11,10 @@ from schemas.errors import SettingError
 DATA = "data"
 MODEL = "model"
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# What a block keeps for the backward pass (model/gpt.py): everything ("none": no
+# rematerialization), its input alone ("full": the rest is recomputed), or its matmuls' outputs too
+# ("dots").
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +30,7 @@ class GPTConfig:
     fsdp: bool = False
 
     def __post_init__(self) -> None:
+        # Sizes first: the divisibility check below divides by num_heads.
         for name in ("vocab_size", "max_seq_len", "num_layers", "num_heads", "width", "mlp_width"):
             if getattr(self, name) < 1:
                 raise SettingError(name, getattr(self, name), "must be at least 1")

@@ -13,9 +13,18 @@ import jax.numpy as jnp
 from flax import nnx
 
 from model.attention import causal_attention
-from model.config import DATA, MODEL, GPTConfig
+from model.config import DATA, MODEL, REMAT_POLICIES, GPTConfig
+from schemas.errors import SettingError
 
 _INIT = nnx.initializers.normal(stddev=0.02)
+# What each `remat` name (model/config.py) saves for the backward pass: the rest is recomputed.
+_SAVED = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    # The linear layers' outputs (dots without batch dimensions); attention's scores, softmax, GELU
+    # and LayerNorm are recomputed.
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+assert set(_SAVED) | {"none"} == set(REMAT_POLICIES)
 
 
 def _param(init, *axes: str | None):
@@ -146,9 +155,14 @@ class GPT(nnx.Module):
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
         rngs: nnx.Rngs | None = None,
+        remat: str = "none",
     ) -> jax.Array:
         """The final LayerNorm's output (B, T, width), what the logits are read from: a loss can
         take them a slice at a time instead of holding every position's logits at once.
+
+        `remat` (REMAT_POLICIES) trades compute for memory under a gradient: "full" keeps only each
+        block's input for the backward pass and recomputes the block, "dots" also keeps its matmuls'
+        outputs. The values computed are the same.
 
         With `segment_ids`, a token attends only to earlier tokens of its own segment, and
         `positions` restart at each segment, so packed documents do not see one another.
@@ -165,8 +179,11 @@ class GPT(nnx.Module):
         x = self.dropout(
             self.wte(tokens) + self.wpe(positions), deterministic=rngs is None, rngs=rngs
         )
+        if remat not in REMAT_POLICIES:
+            raise SettingError("remat", remat, f"must be one of {REMAT_POLICIES}")
+        run = Block.__call__ if remat == "none" else nnx.remat(Block.__call__, policy=_SAVED[remat])
         for block in self.blocks:
-            x = block(x, segment_ids, rngs)
+            x = run(block, x, segment_ids, rngs)
         return self.ln_f(x)
 
     def logits(self, features: jax.Array) -> jax.Array:

@@ -4,7 +4,8 @@ Every expected failure of the project is a `UserError`, so that the command runn
 (`pipeline/cli/commands.py`) catches one type, prints `NAME: error: MESSAGE` and exits with the
 error's status: 2 for a usage error (flags, settings, a config file: what the command was asked is
 not something it can do), 1 for a run that failed (inputs, outputs, damaged data, a failed job). An
-interrupt ends a command with 130. Anything else is a bug, and keeps its traceback.
+interrupt ends a command with 130; a training run stopped by SIGTERM, with 143 and a line of its own
+(train/stopping.py). Anything else is a bug, and keeps its traceback.
 
 A project error keeps `ValueError` or `RuntimeError` as a second base where callers catch those.
 Standard library only: both sides of the data path import it.
@@ -26,6 +27,9 @@ class UserError(Exception):
     it where the user asked for them (prepare's --verbose)."""
 
     exit_status = RUN_STATUS
+    # The runner's line says `error:` before the message; a stop that is no failure (a preemption)
+    # says what happened in its message alone: `NAME: MESSAGE`.
+    failure = True
 
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)

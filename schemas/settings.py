@@ -51,7 +51,8 @@ class Setting:
     text (default: the field's type); `repeat`: the flag is given once per value, collected in a
     list. `unset`: what leaving it out does, where the default alone does not say (shown in
     --help; `{default}` stands for the default). `choices`, `minimum` (inclusive) and `below`
-    (exclusive maximum) bound the value, or each item or key of a collection. `since`: the manifest
+    (exclusive maximum) bound the value, or each item or key of a collection. `bare`: the value of
+    the flag given alone, without one (`--remat` is `--remat full`). `since`: the manifest
     version that added it, so older manifests may lack it. `saved_as`: where the value lands in the
     saved config when not under its own name (`model.num_layers`). `launch`: why a launch option is
     not part of the saved config. `older`: the value a saved config that lacks the setting (saved
@@ -71,6 +72,7 @@ class Setting:
     choices: tuple | None = None
     minimum: int | float | None = None
     below: int | float | None = None
+    bare: Any = None
     since: int | None = None
     saved_as: str | None = None
     launch: str | None = None

@@ -16,6 +16,11 @@ if __name__ == "__main__":
         os.path.dirname(os.path.abspath(__file__))
     ):
         del sys.path[0]
+    # First: a Ctrl-C from here on is one line and status 130, held back while modules load
+    # (commands.py).
+    from pipeline.cli import interrupts
+
+    interrupts.install(deferred=True)
     from pipeline.cli import commands as cli
 
     if sys.argv[1:2] == ["sample"]:

@@ -9,10 +9,14 @@ number of processes whose data axis divides the global batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import grain
@@ -23,8 +27,62 @@ from flax import nnx
 
 from model.gpt import GPT
 from train.errors import TrainError
+from train.stopping import CheckpointError
 
 CHECKPOINT_DIR = "checkpoints"
+
+
+def in_background() -> bool:
+    """Whether checkpoints are written while the next steps run: on accelerators, whose host is idle
+    while they compute; not on CPU devices, where the step computes on the host's cores."""
+    return jax.devices()[0].platform != "cpu"
+
+
+class _OrbaxBackground(logging.Filter):
+    """Orbax's logged errors of a failed background save (each with its traceback, once per thread
+    that saw it): the failure is raised again to the loop, which reports it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+def _without_closed_loop_writes(hook):
+    """`hook` (an unraisable hook) but for the writes that TensorStore finishes after a failed
+    save's event loop closed: each one an unraisable `RuntimeError: Event loop is closed`."""
+
+    def unraisable(unraisable) -> None:
+        if not (
+            isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"
+        ):
+            hook(unraisable)
+
+    unraisable.without_closed_loop_writes = True
+    return unraisable
+
+
+@contextlib.contextmanager
+def _quiet_failures() -> Iterator[None]:
+    """While checkpoints are written: Orbax's logged errors are left to the loop's one line, and so
+    are the writes that TensorStore finishes after a failed save's event loop closed."""
+    absl = logging.getLogger("absl")
+    quiet = _OrbaxBackground()
+    absl.addFilter(quiet)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _without_closed_loop_writes(hook)
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+        absl.removeFilter(quiet)
+
+
+def _quiet_failed_writes_from_now_on() -> None:
+    """Once a save failed, for the rest of the process: TensorStore finishes its writes whenever
+    they return, after the checkpointer is closed too (as the run prints its error line and
+    exits)."""
+    if not getattr(sys.unraisablehook, "without_closed_loop_writes", False):
+        sys.unraisablehook = _without_closed_loop_writes(sys.unraisablehook)
 
 
 class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
@@ -66,25 +124,78 @@ class Checkpointer:
     """Every `every` steps and at the last, keeping the last `keep`; the data position travels with
     the weights, so a restored run reads exactly the batches the uninterrupted one would have.
 
-    Saves are asynchronous: `save` returns once the state is copied off the device, and Orbax
-    writes it in the background into a temporary directory that is renamed into place when whole,
-    so a run killed mid-save leaves the previous checkpoint as the latest. A save still in flight is
-    finished before the next one starts and before `close` returns.
+    Saves are asynchronous on accelerators: `save` returns once the state is copied off the device,
+    and Orbax writes it in the background into a temporary directory that is renamed into place
+    when whole, so a run killed mid-save leaves the previous checkpoint as the latest. A save still
+    in flight is finished before the next one starts and before `close` returns. On CPU devices
+    (`background` False) `save` writes the checkpoint before it returns: the step computes on the
+    host's own cores, so a background write takes them from it, and costs the loop more than
+    writing at once (benchmarks/checkpoint_cost.py, docs/performance.md).
+
+    A save that fails raises `CheckpointError` in the loop, at once where the step's directory
+    cannot be made (Orbax makes it before `save` returns, not in the background, where a failure
+    left the save waiting 300 s for a signal that never came), or at the first `check` after the
+    background write failed.
     """
 
-    def __init__(self, workdir: str, *, every: int, keep: int):
+    def __init__(self, workdir: str, *, every: int, keep: int, background: bool | None = None):
         self.directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
         self.every = every
+        self.background = in_background() if background is None else background
+        self.saved: int | None = None  # the latest step saved (its write finished or in flight)
+        self._unchecked: int | None = (
+            None  # a step whose background write is not known to have succeeded
+        )
+        self._failed = (
+            False  # a save failed: its writes may still return once the checkpointer is closed
+        )
+        self._quiet = contextlib.ExitStack()
+        self._quiet.enter_context(_quiet_failures())
         # The loop says when to save: Orbax's own policy would also save the first step of every
         # start.
-        self._manager = ocp.CheckpointManager(
-            self.directory,
-            item_names=("state", "data", "feed"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True),
-        )
+        try:
+            self._manager = ocp.CheckpointManager(
+                self.directory,
+                item_names=("state", "data", "feed"),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep,
+                    enable_async_checkpointing=self.background,
+                    async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
+                ),
+            )
+        except OSError as e:
+            self._quiet.close()
+            raise CheckpointError(None, self.directory, e) from None
+
+    def probe(self) -> None:
+        """Refuses a checkpoint directory that cannot be written now, before the run trains up to
+        its first checkpoint: a directory made and removed in it."""
+        probe = epath.Path(self.directory) / f".probe-{jax.process_index()}-{os.getpid()}"
+        try:
+            probe.mkdir(parents=True, exist_ok=True)
+            probe.rmdir()
+        except OSError as e:
+            raise CheckpointError(None, self.directory, e) from None
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
+
+    def check(self) -> None:
+        """Raises `CheckpointError` if the background write of the last save failed; cheap while it
+        runs or once it is known to have succeeded."""
+        if self._unchecked is not None and not self._manager.is_saving_in_progress():
+            self._finish()
+
+    def _finish(self) -> None:
+        """Waits for the save in flight; its failure is a `CheckpointError`."""
+        step, self._unchecked = self._unchecked, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 (whatever the store raised: OSError, TensorStore's ValueError)
+            if step is None:
+                raise
+            self._failed = True
+            raise CheckpointError(step, self.directory, e) from None
 
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
@@ -93,16 +204,24 @@ class Checkpointer:
         self, step: int, state: nnx.State, iterator: grain.DatasetIterator, feed: dict
     ) -> float:
         """Starts saving `state` (model and optimizer, `train.step.split`), the loader's position
-        and the feed; returns the seconds spent waiting for the previous save to finish writing."""
+        and the feed (writes them, without `background`); returns the seconds spent waiting for the
+        previous save to finish writing."""
         began = time.perf_counter()
-        self._manager.wait_until_finished()
+        self._finish()
         waited = time.perf_counter() - began
         items = {
             "state": ocp.args.StandardSave(state),
             "data": _PositionSave(iterator),
             "feed": ocp.args.JsonSave(feed),
         }
-        self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        try:
+            self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:  # noqa: BLE001 (the step's directory could not be made, or the copy failed)
+            self._failed = True
+            raise CheckpointError(step, self.directory, e) from None
+        self.saved = self._unchecked = step
+        if not self.background:
+            self._finish()
         return waited
 
     def restore(
@@ -135,7 +254,23 @@ class Checkpointer:
         restored = self._manager.restore(step, args=ocp.args.Composite(state=args))
         nnx.update(model, restored["state"]["model"])
 
-    def close(self) -> None:
-        """Waits for a save in flight to be written whole."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+    def close(self, *, failing: bool = False) -> None:
+        """Waits for a save in flight to be written whole. `failing`: the run is ending on an error
+        of its own, which a failure of that save would only hide."""
+        error = None
+        try:
+            try:
+                self._finish()
+            except CheckpointError as e:
+                error = e
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001
+                if error is None and not failing:
+                    raise
+        finally:
+            self._quiet.close()
+            if self._failed:
+                _quiet_failed_writes_from_now_on()
+        if error is not None and not failing:
+            raise error

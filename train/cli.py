@@ -8,12 +8,14 @@ import dataclasses
 import os
 from typing import Any
 
-from pipeline.cli import config_file
+from pipeline.cli import config_file, interrupts
 from pipeline.cli.arguments import add_settings
 from pipeline.cli.commands import HelpFormatter
 from schemas.settings import setting
 from train.config import TrainConfig
+from train.errors import TrainError
 from train.settings import FLAGS, ModelFlags
+from train.stopping import record_preemption
 
 
 def _multi_host(help: str) -> Any:
@@ -50,9 +52,10 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Train a GPT on a prepared directory. In a workdir that holds a run, settings "
-        "not\n"
-        "given are the saved run's, and given ones must match it (except --steps, --decay-steps,\n"
-        "--mesh, cadence and --loader-workers).",
+        "not\ngiven are the saved run's, and given ones must match it (except --steps, "
+        "--decay-steps,\n--mesh, cadence, --loader-workers, how the step computes "
+        "(--gradient-accumulation-steps,\n--remat) and what the run records (--tensorboard, "
+        "--profile-*)).",
         epilog="To sample from a run: `tokshards sample --workdir DIR` "
         "(or `python -m train sample`).",
         formatter_class=HelpFormatter,
@@ -137,20 +140,40 @@ def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
 
 
 def main(argv: list[str], prog: str = "tokshards train") -> int:
+    record_preemption()  # SIGTERM: save and stop (train/stopping.py)
     args, _ = config_file.parse(lambda: parser(prog), argv)
-    import jax
+    with interrupts.deferred():
+        import jax
+
+        from train.trainer import train
 
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-    from train.trainer import train
 
-    config, notes = _config(args)
-    if jax.process_index() == 0:
-        for note in notes:
-            print(f"train: {note}", flush=True)
-    result = train(config)
+    try:
+        config, notes = _config(args)
+        if jax.process_index() == 0:
+            for note in notes:
+                print(f"train: {note}", flush=True)
+        result = train(config)
+    except OSError as e:  # the workdir cannot be written
+        raise TrainError(f"{e.strerror}: {e.filename}" if e.filename else str(e)) from None
     print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
+    if result.get("already") and result["process_index"] == 0:
+        past = (
+            f", past --steps {config.steps}"
+            if result["step"] > config.steps
+            else f" of {config.steps}"
+        )
+        print(
+            f"train: already at step {result['step']}{past}; nothing to train "
+            "(--steps sets a later end)"
+        )
+    if "profile" in result:
+        print(f"profile: {result['profile']} (TensorBoard's profile plugin, XProf or Perfetto)")
+    if "tensorboard" in result:
+        print(f"tensorboard: tensorboard --logdir {result['tensorboard']}")
     if "plot" in result:
         print(
             f"final loss {result.get('loss', float('nan')):.4f}"

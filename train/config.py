@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
-from model.config import PRESETS, GPTConfig
+from model.config import PRESETS, REMAT_POLICIES, GPTConfig
 from pipeline.load import PACKINGS, open_sources
 from pipeline.load.data_spec import DataSource, parse_data_spec
 from schemas.errors import SettingError
@@ -46,22 +47,53 @@ class TrainConfig:
         (), "e.g. data=4,model=2", parse=str, unset="all devices on data"
     )
     learning_rate: float = setting(1e-3, "peak learning rate")
-    min_learning_rate: float = setting(1e-4, "where the cosine decay ends")
+    min_learning_rate: float = setting(1e-4, "where the cosine decay ends", minimum=0)
     warmup_steps: int = setting(
         100, "linear warmup", unset="--steps / 10, at most {default}", minimum=0
     )
     decay_steps: int | None = setting(
         None, "the schedule's horizon", unset="--steps; on resume, the saved run's"
     )
-    weight_decay: float = setting(0.1, "AdamW's decoupled weight decay, on matrices only")
+    weight_decay: float = setting(
+        0.1, "AdamW's decoupled weight decay, on matrices only", minimum=0
+    )
     grad_clip: float = setting(1.0, "the largest global gradient norm, clipped above")
-    beta2: float = setting(0.95, "AdamW's second-moment decay; beta1 is 0.9")
+    beta2: float = setting(0.95, "AdamW's second-moment decay; beta1 is 0.9", minimum=0, below=1)
     checkpoint_every: int = setting(200, "steps between checkpoints", minimum=1)
     keep_checkpoints: int = setting(3, "checkpoints kept", minimum=1)
     eval_every: int = setting(200, "steps between evaluations", minimum=1)
     eval_batches: int = setting(8, "validation batches per eval, 0 for none", minimum=0)
     log_every: int = setting(1, "steps between progress lines", minimum=1)
-    loader_workers: int = setting(0, "prefetch processes of the loader")
+    loader_workers: int = setting(0, "prefetch processes of the loader", minimum=0)
+    # How the step computes, not what: free to change on resume (train/settings.py).
+    gradient_accumulation_steps: int = setting(
+        1, "micro-batches per step: the batch is split, their gradients summed", minimum=1
+    )
+    remat: str = setting(
+        "none",
+        "recompute each block's activations in the backward pass: full (keep its input), dots "
+        "(also its matmuls' outputs); --remat alone is full",
+        choices=REMAT_POLICIES,
+        bare="full",
+    )
+    # What the run records besides metrics.jsonl.
+    tensorboard: bool = setting(
+        True, "TensorBoard event files of every metrics row in WORKDIR/tensorboard"
+    )
+    # For one start alone: a resume that does not give them takes these defaults, not the saved
+    # run's.
+    profile_steps: int = setting(
+        0,
+        "trace this many steps with jax.profiler into WORKDIR/tensorboard",
+        unset="none",
+        minimum=0,
+    )
+    profile_skip_steps: int = setting(
+        1,
+        "steps run before the trace begins, at each start",
+        unset="{default}, the step that compiles",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):
@@ -75,6 +107,14 @@ class TrainConfig:
                 "{preset} has more",
                 preset=self.preset,
             )
+        self._check_optimizer()
+        if self.batch_size % self.gradient_accumulation_steps:
+            raise SettingError(
+                "gradient_accumulation_steps",
+                self.gradient_accumulation_steps,
+                "must divide {batch_size}",
+                batch_size=self.batch_size,
+            )
         horizon = "steps" if self.decay_steps is None else "decay_steps"
         if self.decay_horizon <= self.warmup_steps:
             raise SettingError(
@@ -82,6 +122,23 @@ class TrainConfig:
                 self.decay_horizon,
                 "must exceed {warmup_steps}",
                 warmup_steps=self.warmup_steps,
+            )
+
+    def _check_optimizer(self) -> None:
+        """What the declared limits do not say: finite rates, and bounds that are open or that
+        another setting sets."""
+        for name in ("learning_rate", "min_learning_rate", "weight_decay", "grad_clip", "beta2"):
+            if not math.isfinite(getattr(self, name)):
+                raise SettingError(name, getattr(self, name), "must be finite")
+        for name in ("learning_rate", "grad_clip"):
+            if getattr(self, name) <= 0:
+                raise SettingError(name, getattr(self, name), "must be positive")
+        if self.min_learning_rate > self.learning_rate:
+            raise SettingError(
+                "min_learning_rate",
+                self.min_learning_rate,
+                "must be in [0, {learning_rate}]",
+                learning_rate=self.learning_rate,
             )
 
     @property

@@ -1,5 +1,5 @@
-"""Metrics as JSON lines in the workdir, the loss curve drawn from them, and the progress shown
-while training: a bar on a terminal, plain lines elsewhere."""
+"""Metrics as JSON lines in the workdir and as TensorBoard event files, the loss curve drawn from
+them, and the progress shown while training: a bar on a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pipeline.cli.log_cadence import LogCadence, format_count, format_duration
 
 METRICS_NAME = "metrics.jsonl"
 PLOT_NAME = "loss.png"
+# TensorBoard's log directory: event files, and jax.profiler's traces under plugins/profile/.
+TENSORBOARD_DIR = "tensorboard"
 
 # Peak dense bf16 FLOP/s per device, for MFU; unknown devices (CPUs) report no MFU.
 PEAK_FLOPS = {
@@ -51,6 +53,33 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+class TensorBoardLog:
+    """Every metrics row's numbers as TensorBoard scalars, tagged by their `metrics.jsonl` names
+    (`loss`, `lr`, `grad_norm`, `tokens_per_s`, `mfu`, `eval_loss`, `eval_loss/NAME`,
+    `source_share/NAME`), written by tensorboardX (no TensorFlow).
+
+    A resumed run starts its event file with TensorBoard's restart marker at the step after the
+    checkpoint, so the rows the stopped run logged past it are dropped there too, as in
+    `metrics.jsonl`.
+    """
+
+    def __init__(self, workdir: str, resume_step: int):
+        from tensorboardX import SummaryWriter
+
+        self.directory = os.path.join(workdir, TENSORBOARD_DIR)
+        self._writer = SummaryWriter(
+            self.directory, purge_step=resume_step + 1 if resume_step else None, flush_secs=10
+        )
+
+    def write(self, row: dict) -> None:
+        for name, value in row.items():
+            if name != "step" and isinstance(value, int | float):
+                self._writer.add_scalar(name, value, row["step"])
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def read_rows(path: str) -> list[dict]:

@@ -41,17 +41,28 @@ class Readings:
             else None
         )
         self.source_tokens = tokens_before
+        # (step, loss, gradient norm) of the first step found not finite; nothing is read past it.
+        self.diverged: tuple[int, float, float] | None = None
 
     def add(self, step: int, logged: bool, metrics: dict[str, jax.Array]) -> None:
         self._pending.append((step, logged, metrics))
 
     def read(self, *, through: int) -> list[dict]:
         """Reads every pending step up to `through`, waiting for the device as needed; returns the
-        metrics rows of the logged ones."""
+        metrics rows of the logged ones. Stops at a step whose health says a step up to it was not
+        finite, and records that step in `diverged`."""
         config, rows = self._config, []
-        while self._pending and self._pending[0][0] <= through:
+        while self._pending and self._pending[0][0] <= through and not self.diverged:
             step, logged, metrics = self._pending.pop(0)
             values = jax.device_get(metrics)
+            health = values["health"]
+            if int(health["step"]):  # this step or one before it, read or not, went non-finite
+                self.diverged = (
+                    int(health["step"]),
+                    float(health["loss"]),
+                    float(health["grad_norm"]),
+                )
+                break
             reports = np.ascontiguousarray(values["reports"]).view("<i8")
             fed_tokens, digest = settle(reports, len(config.data), step=step)
             self.source_tokens = self._tokens_before + fed_tokens

@@ -74,8 +74,16 @@ _FREE = frozenset(
         "eval_batches",
         "log_every",
         "loader_workers",
+        "gradient_accumulation_steps",
+        "remat",
+        "tensorboard",
+        "profile_steps",
+        "profile_skip_steps",
     }
 )
+# Settings of one start alone: a resume that does not give them takes the default, not the saved
+# run's.
+_THIS_START = ("profile_steps", "profile_skip_steps")
 # The `GPTConfig` field each model flag sets; `bf16` sets `dtype`, as one of these.
 _MODEL_FIELDS = {field.name: s.saved_as.removeprefix("model.") for field, s in declared(ModelFlags)}
 _DTYPES = {True: "bfloat16", False: "float32"}
@@ -157,8 +165,9 @@ def _resumed(given: Mapping[str, Any], saved: TrainConfig) -> tuple[TrainConfig,
                 f"{_shown(FLAGS[name], value)} differs from the saved run's {theirs}; "
                 "drop the flag or use another --workdir"
             )
+    config = dataclasses.replace(saved, **{name: default(name) for name in _THIS_START})
     config = dataclasses.replace(
-        saved, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"}
+        config, **{k: v for k, v in given.items() if k in _FREE and k != "decay_steps"}
     )
     notes = []
     if "decay_steps" in given:

@@ -12,6 +12,7 @@ import numpy as np
 from flax import nnx
 
 from model.attention import CUDNN, choose, platform
+from model.config import DATA
 from model.gpt import GPT
 from pipeline.load import (
     SOURCE_TOKENS,
@@ -26,11 +27,19 @@ from train.checkpointing import Checkpointer
 from train.config import TrainConfig, check_resume, load_saved, write_config
 from train.host_batches import FedBatches
 from train.mesh import HostShards, global_batch, host_shards, make_mesh, one_row_per_device
-from train.metrics import Display, MetricsLog, plot_losses
+from train.metrics import Display, MetricsLog, TensorBoardLog, plot_losses
 from train.processes import agreed, check_same_everywhere
+from train.profiling import StepProfile
 from train.readings import Readings
 from train.run_tokenizer import RunTokenizer, check_run_tokenizer, write_run_tokenizer
-from train.step import Steps, make_optimizer
+from train.step import Steps, healthy, make_optimizer
+from train.stopping import (
+    Diverged,
+    Preempted,
+    check_interrupted,
+    preemption_noticed,
+    preemption_requested,
+)
 
 
 def build_model(config: TrainConfig, mesh: jax.sharding.Mesh) -> GPT:
@@ -157,6 +166,15 @@ def _open(config: TrainConfig) -> _Opened:
         check_resume(saved, config)
     check_run_tokenizer(config.workdir, tokenizer)
     mesh = make_mesh(config.mesh)
+    shard_rows = config.batch_size // mesh.shape[DATA]
+    if shard_rows % config.gradient_accumulation_steps:
+        raise SettingError(
+            "gradient_accumulation_steps",
+            config.gradient_accumulation_steps,
+            f"must divide the {shard_rows} rows of each data shard ({{batch_size}} over a data "
+            f"axis of {mesh.shape[DATA]})",
+            batch_size=config.batch_size,
+        )
     shards = host_shards(mesh)
     # Validation data is opened now, so a split that cannot work fails here, not at the first eval.
     eval_sets = {
@@ -207,26 +225,56 @@ def _no_validation_note(config: TrainConfig, eval_sets: dict) -> str | None:
     )
 
 
+def _finished(
+    config: TrainConfig, mesh: jax.sharding.Mesh, checkpointer: Checkpointer, step: int
+) -> dict:
+    """A run already at or past `config.steps`: nothing is trained or written; its latest weights
+    are read for their digest alone."""
+    model = build_model(config, mesh)
+    with jax.set_mesh(mesh):
+        checkpointer.restore_model(step, model)
+    return dict(
+        step=step,
+        already=True,
+        checkpoint_dir=checkpointer.directory,
+        params_sha256=params_digest(model),
+        process_index=jax.process_index(),
+    )
+
+
 def train(config: TrainConfig) -> dict:
-    """Trains up to `config.steps`, resuming from the workdir's latest checkpoint if there is one.
+    """Trains up to `config.steps`, resuming from the workdir's latest checkpoint if there is one;
+    a run already there changes nothing (the result says `already`).
 
     A refusal on any process (a changed setting, unreadable data, a mesh that does not fit) ends
-    every process with the same error.
+    every process with the same error. A run stops early with `Diverged` at a step whose loss or
+    gradient norm is not finite, with `CheckpointError` when a checkpoint cannot be written, with
+    `Preempted` after saving the step it reached when SIGTERM came (`train.stopping`), and with
+    KeyboardInterrupt at the step a Ctrl-C came.
     """
     opened = agreed(lambda: _open(config))
     check_same_everywhere(config.to_json(), "settings")
     mesh, iterator, eval_sets = opened.mesh, opened.iterator, opened.eval_sets
     primary = jax.process_index() == 0
-    if primary:
-        write_config(config)
-        write_run_tokenizer(config.workdir, opened.tokenizer)
-    steps = Steps(*build(config, mesh))
-    arrays = steps.arrays
     checkpointer = Checkpointer(
         config.workdir, every=config.checkpoint_every, keep=config.keep_checkpoints
     )
-    names = config.source_names
     start = checkpointer.latest_step() or 0
+    if start >= config.steps:
+        iterator.close()
+        try:
+            return _finished(config, mesh, checkpointer, start)
+        finally:
+            checkpointer.close()
+    checkpointer.probe()
+    if primary:
+        write_config(config)
+        write_run_tokenizer(config.workdir, opened.tokenizer)
+    steps = Steps(
+        *build(config, mesh), micro_batches=config.gradient_accumulation_steps, remat=config.remat
+    )
+    arrays = steps.arrays
+    names = config.source_names
     tokens_before = np.zeros(len(names), np.int64)  # per source, fed before this (re)start
     if start:
         state, feed = checkpointer.restore(start, steps.state(arrays), iterator, data=opened.data)
@@ -238,53 +286,77 @@ def train(config: TrainConfig) -> dict:
     )
     readings = Readings(config, tokens_before, start)
     log = MetricsLog(config.workdir, start) if primary else None
+    board = TensorBoardLog(config.workdir, start) if primary and config.tensorboard else None
     display = Display(start=start, total=config.steps, names=names, primary=primary)
-    for note in (_attention_note(config), _no_validation_note(config, eval_sets)):
+    profile = StepProfile(
+        config.workdir,
+        start=start,
+        skip=config.profile_skip_steps,
+        steps=config.profile_steps,
+        last_step=config.steps,
+    )
+    resumed = f"resuming from the checkpoint of step {start} of {config.steps}" if start else None
+    for note in (resumed, _attention_note(config), _no_validation_note(config, eval_sets)):
         if note:
             display.note(note)
     key = jax.random.key(config.seed)
-    last, evals, waited_noted = {"step": start}, {}, False
+    health = healthy()
+    last, evals, waited_noted, failing, stopped = {"step": start}, {}, False, True, None
     try:
+        check_interrupted()
+        if preemption_noticed():  # before any step: nothing new to save
+            raise Preempted(saved=None, latest=start)
         # Nothing in the loop may wait for the device but the reads marked `host_reads`: a step that
         # neither logs, checkpoints nor evaluates only feeds the device.
         with jax.set_mesh(mesh), jax.transfer_guard_device_to_host("disallow_explicit"):
             for step in range(start + 1, config.steps + 1):
+                check_interrupted()
+                checkpointer.check()
+                # Then this step is the last: saved, then the run ends.
+                stopping = preemption_requested(step)
                 logged = step % config.log_every == 0 or step == config.steps
-                saving = checkpointer.due(step, last=config.steps)
+                saving = checkpointer.due(step, last=config.steps) or stopping
                 evaluating = bool(eval_sets) and (
                     step % config.eval_every == 0 or step == config.steps
                 )
-                host_batch = next(iterator)
-                fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
-                reports = one_row_per_device(fed.report().view("<u4"), mesh)
-                arrays, metrics = steps.train(
-                    arrays, global_batch(host_batch, mesh), key, np.int32(step), reports
-                )
-                with host_reads():
-                    rows = readings.read(through=step - 1)  # now that this step is queued
-                    if (
-                        logged or saving or step == start + 1
-                    ):  # the first step checks the processes agree early
-                        readings.add(step, logged, metrics)
-                    if saving or evaluating:
-                        rows += readings.read(through=step)
-                    if evaluating:
-                        evals = evaluate(steps, arrays, eval_sets, config.eval_batches, mesh)
-                        readings.restart_clock(step)
-                    if saving:
-                        feed = {
-                            "data": opened.data,
-                            "source_tokens": dict(zip(names, map(int, readings.source_tokens))),
-                        }
-                        waited = checkpointer.save(step, steps.state(arrays), iterator, feed)
+                with profile.around(step):
+                    host_batch = next(iterator)
+                    fed.add(host_batch, host_batch.pop(SOURCE_TOKENS, None), rows=logged)
+                    reports = one_row_per_device(fed.report().view("<u4"), mesh)
+                    arrays, metrics = steps.train(
+                        arrays, global_batch(host_batch, mesh), key, np.int32(step), reports, health
+                    )
+                    health = metrics["health"]
+                    with host_reads():
+                        rows = readings.read(through=step - 1)  # now that this step is queued
+                        if (
+                            logged or saving or step == start + 1
+                        ):  # the first step checks the processes agree early
+                            readings.add(step, logged, metrics)
+                        if saving or evaluating:
+                            rows += readings.read(through=step)
+                        if evaluating and not readings.diverged:
+                            evals = evaluate(steps, arrays, eval_sets, config.eval_batches, mesh)
+                            readings.restart_clock(step)
+                        if saving and not readings.diverged:
+                            feed = {
+                                "data": opened.data,
+                                "source_tokens": dict(zip(names, map(int, readings.source_tokens))),
+                            }
+                            waited = checkpointer.save(step, steps.state(arrays), iterator, feed)
+                profile.after(step, arrays)
                 for last in rows:
                     display.row(last)
-                    if log:
-                        log.write(last)
+                    for out in (log, board):
+                        if out:
+                            out.write(last)
+                if readings.diverged:
+                    raise Diverged(*readings.diverged, last_checkpoint=checkpointer.saved or start)
                 if evaluating:
                     display.evals(step, evals)
-                    if log:
-                        log.write({"step": step, **evals})
+                    for out in (log, board):
+                        if out:
+                            out.write({"step": step, **evals})
                 if saving and waited > 1.0 and not waited_noted:
                     display.note(
                         f"the checkpoint of step {step} waited {waited:.1f} s for the one before "
@@ -292,10 +364,20 @@ def train(config: TrainConfig) -> dict:
                     )
                     waited_noted = True
                 display.step()
+                if stopping and step < config.steps:
+                    stopped = step
+                    break
+        failing = False
     finally:
-        checkpointer.close()  # a save in flight is written whole, whatever ended the loop
+        profile.stop()
+        # A save in flight is written whole, whatever ended the loop.
+        checkpointer.close(failing=failing)
         iterator.close()
         display.close()
+        if board:
+            board.close()
+    if stopped:
+        raise Preempted(saved=stopped, latest=stopped)
     model = steps.nodes(arrays)["model"]
     result = dict(
         last,
@@ -304,6 +386,10 @@ def train(config: TrainConfig) -> dict:
         params_sha256=params_digest(model),
         process_index=jax.process_index(),
     )
+    if profile.path:
+        result["profile"] = profile.path
+    if board:
+        result["tensorboard"] = board.directory
     if log:
         log.close()
         result["plot"] = plot_losses(config.workdir)

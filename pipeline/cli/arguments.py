@@ -3,9 +3,10 @@
 Each declared field becomes one argparse option, its destination the field's name: the declared
 flag (else the name with dashes), the help with what leaving it out does, the value read by the
 command's reader for it, the declared `parse` or the field's type; a bool is a switch with a `--no-`
-form (to turn off what a config file turned on), a `repeat` setting a flag given once per value.
-With `resume`, every option defaults to None, so that a command tells the settings given (on the
-command line or in --config) from those left out, and the help says the default a new run takes.
+form (to turn off what a config file turned on), a `repeat` setting a flag given once per value, a
+`bare` one a flag that may also be given alone. With `resume`, every option defaults to None, so
+that a command tells the settings given (on the command line or in --config) from those left out,
+and the help says the default a new run takes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def add_settings(
             )
             if declared.repeat:
                 options["action"] = "append"
+            if declared.bare is not None:
+                options.update(nargs="?", const=declared.bare)
             if declared.choices is not None and typing.get_origin(base) is None:
                 options["choices"] = declared.choices  # shown as the metavar
             else:

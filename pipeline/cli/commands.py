@@ -6,8 +6,10 @@ train commands load JAX only for themselves.
 
 An expected failure is a `UserError` (schemas/errors.py), caught here alone: one line, `NAME:
 error: MESSAGE`, and its status, 2 for a usage error and 1 for a run that failed; a setting's error
-names the setting by the flag the command takes it from. Ctrl-C ends a command with 130. Any other
-exception is a bug, and keeps its traceback.
+names the setting by the flag the command takes it from. A stop that is no failure (a training run
+preempted by SIGTERM, 143) says so in its own line, without `error:`. Ctrl-C ends a command with
+130, and is held back while extension modules load (`interrupts.deferred`). Any other exception is
+a bug, and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -117,9 +119,11 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
     ends it with one line and status 130."""
     interrupts.install()
     try:
-        if name in _BEAM:
-            _import_beam_quietly()
-        status = COMMANDS[name].function(COMMANDS[name].main)(argv, prog)
+        with interrupts.deferred():
+            if name in _BEAM:
+                _import_beam_quietly()
+            command = COMMANDS[name].function(COMMANDS[name].main)
+        status = command(argv, prog)
         interrupts.settle()
     except UserError as e:
         interrupts.settle()
@@ -147,14 +151,15 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
 
 
 def _tell(name: str, prog: str, error: UserError) -> None:
-    """`NAME: error: MESSAGE` on one line, after the error's details where it carries them."""
+    """`NAME: error: MESSAGE` on one line (`NAME: MESSAGE` for a stop that is no failure), after the
+    error's details where it carries them."""
     if error.details:
         print(error.details, file=sys.stderr)
     message = str(error)
     if isinstance(error, SettingError):
         command = COMMANDS[name]
         message = error.told(flags_of(command.function(command.parser)(prog)))
-    print(f"{name}: error: {message}", file=sys.stderr)
+    print(f"{name}: {'error: ' if error.failure else ''}{message}", file=sys.stderr)
 
 
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:

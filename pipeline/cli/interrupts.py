@@ -16,12 +16,14 @@ import sys
 from collections.abc import Iterator
 
 _received = False
+_deferred = False
 
 
 def _raise(signum: int, frame: object) -> None:
     global _received
     _received = True
-    raise KeyboardInterrupt
+    if not _deferred:
+        raise KeyboardInterrupt
 
 
 def _unraisable(default):
@@ -34,12 +36,15 @@ def _unraisable(default):
     return hook
 
 
-def install() -> None:
+def install(*, deferred: bool = False) -> None:
     """In the command's process, before anything else: an interrupt raises KeyboardInterrupt and is
     remembered; one swallowed by a finalizer prints nothing. A process started with SIGINT ignored
-    (a background job of a script) keeps ignoring it, as Python itself does."""
+    (a background job of a script) keeps ignoring it, as Python itself does. `deferred`: as if in
+    `deferred()` until one ends."""
+    global _deferred
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return
+    _deferred = _deferred or deferred
     signal.signal(signal.SIGINT, _raise)
     if not getattr(sys.unraisablehook, "keeps_interrupts", False):
         sys.unraisablehook = _unraisable(sys.unraisablehook)
@@ -47,6 +52,22 @@ def install() -> None:
 
 def received() -> bool:
     return _received
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Around imports of extension modules: an interrupt is only remembered, and raised once the
+    block ends. One raised inside them breaks them in other ways than KeyboardInterrupt: numpy's
+    import turns it into an ImportError, and jaxlib's, raising it through C++ code, aborts the
+    process."""
+    global _deferred
+    _deferred = True
+    try:
+        yield
+    finally:
+        _deferred = False
+    if _received:
+        raise KeyboardInterrupt
 
 
 def settle() -> None:

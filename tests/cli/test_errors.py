@@ -1,5 +1,6 @@
 """One kind of user-facing error: every project exception is a usage error (status 2) or a run
-error (1), caught once by the command runner and told in one line, a setting's by its flag."""
+error (1), or a stop with a status of its own (a preemption, 143), caught once by the command runner
+and told in one line, a setting's by its flag."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import pickle
 
 import pytest
 
-from schemas.errors import RunError, SettingError, UsageError
+from schemas.errors import RunError, SettingError, UsageError, UserError
 from support.runs import REPO, run_command
 
 # Control flow, not a failure: the loader's end of an epoch.
 NOT_ERRORS = {"EndOfData"}
+# Stops that are no failure, each a user error with a status of its own: a run preempted by SIGTERM.
+STOPS = {"Preempted": 143}
 
 
 def _exception_classes() -> list[tuple[str, str]]:
@@ -45,6 +48,12 @@ def test_every_project_exception_is_a_usage_or_a_run_error():
     assert len(classes) >= 15
     for module, name in classes:
         cls = getattr(importlib.import_module(module), name)
+        if name in STOPS:
+            assert issubclass(cls, UserError) and (cls.exit_status, cls.failure) == (
+                STOPS[name],
+                False,
+            ), name
+            continue
         assert issubclass(cls, (UsageError, RunError)), f"{module}.{name}"
 
 

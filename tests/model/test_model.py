@@ -199,3 +199,29 @@ def test_parameters_are_sharded_as_annotated():
     assert fsdp["qkv"] == [[64, 192], [16, 96], ["data", "model"]]
     assert fsdp["out"][1] == [32, 16]
     assert fsdp["wte"][1] == [256, 16]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("remat", ["full", "dots"])
+def test_remat_computes_the_same_loss_and_gradients(remat):
+    config = GPTConfig(
+        vocab_size=512,
+        max_seq_len=32,
+        num_layers=2,
+        num_heads=4,
+        width=64,
+        mlp_width=128,
+        dropout=0.1,
+    )
+    model, mesh = _model(config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 512, (4, 32)), jnp.int32)
+
+    def loss(model, remat):
+        return model(tokens, rngs=nnx.Rngs(dropout=jax.random.key(3)), remat=remat).mean()
+
+    with jax.set_mesh(mesh):
+        grad = nnx.jit(nnx.value_and_grad(loss), static_argnums=1)
+        (plain, plain_grads), (rematted, rematted_grads) = grad(model, "none"), grad(model, remat)
+    assert float(rematted) == pytest.approx(float(plain), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(plain_grads), jax.tree.leaves(rematted_grads), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

@@ -22,7 +22,7 @@ import zstandard
 from pipeline.corpus import write_corpus
 from schemas import formats
 from support.corpora import sample_documents, write_jsonl, write_text
-from support.fault_runs import fault_env
+from support.fault_runs import fault_env, in_namespace
 from support.runs import (
     REPO,
     cli,
@@ -366,17 +366,6 @@ def test_a_killed_worker_process_costs_only_its_unit(tmp_path):
     assert run_outputs(str(out)) == run_outputs(str(tmp_path / "clean"))
 
 
-def _in_namespace(script: str) -> subprocess.CompletedProcess:
-    """Runs a shell script as root of a new user and mount namespace: it may mount a small tmpfs."""
-    return subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
 def test_a_full_disk_fails_clearly_and_the_run_resumes_once_there_is_room(tmp_path):
     corpus = str(tmp_path / "stories.txt")
@@ -386,10 +375,11 @@ def test_a_full_disk_fails_clearly_and_the_run_resumes_once_there_is_room(tmp_pa
     disk = tmp_path / "disk"
     disk.mkdir()
     prepare = f"{sys.executable} -m pipeline prepare {args} --output {disk}/out"
-    result = _in_namespace(
+    result = in_namespace(
         f"mount -t tmpfs -o size=1m tmpfs {disk} && {prepare} 2> {tmp_path}/full.log; "
         f"echo $? > {tmp_path}/full.rc; "
-        f"mount -o remount,size=64m {disk} && {prepare} && cp -r {disk}/out {tmp_path}/resumed"
+        f"mount -o remount,size=64m {disk} && {prepare} && cp -r {disk}/out {tmp_path}/resumed",
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "full.rc").read_text().strip() == "1"
@@ -405,9 +395,10 @@ def test_a_read_only_output_gives_one_clear_line(tmp_path):
     corpus = write_text(str(tmp_path / "c.txt"), sample_documents(50))
     disk = tmp_path / "disk"
     disk.mkdir()
-    result = _in_namespace(
+    result = in_namespace(
         f"mount -t tmpfs -o ro tmpfs {disk} && "
-        f"{sys.executable} -m pipeline prepare --input {corpus} --output {disk}/out"
+        f"{sys.executable} -m pipeline prepare --input {corpus} --output {disk}/out",
+        timeout=300,
     )
     line = one_line_error(result)
     assert "Read-only file system" in line and str(disk) in line

@@ -21,7 +21,7 @@ import pytest
 
 from pipeline.corpus import write_corpus
 from schemas import formats
-from support.fault_runs import FAULTS, fault_env
+from support.fault_runs import FAULTS, fault_env, foreground_job
 from support.runs import REPO, run_outputs
 
 sys.path.insert(0, FAULTS)
@@ -33,9 +33,7 @@ INTERRUPTED = "prepare: interrupted; the units done are kept, and a rerun resume
 def _prepare(
     corpus: str, out: str, env: dict | None = None, *, sigint=signal.SIG_DFL
 ) -> subprocess.CompletedProcess:
-    """`prepare` in a process group of its own, started with SIGINT at `sigint`: by default as a
-    terminal starts a foreground job, whatever this test runner inherited (a runner started in the
-    background of a script ignores SIGINT, and so would the run)."""
+    """`prepare` as a terminal's foreground job, or with SIGINT at `sigint` (`foreground_job`)."""
     args = [
         "--input",
         corpus,
@@ -47,16 +45,7 @@ def _prepare(
         "exact",
         "--direct_num_workers=2",
     ]
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "prepare", *args],
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return foreground_job(["-m", "pipeline", "prepare", *args], env, sigint=sigint)
 
 
 def _interrupting_at(moment: str, state: str) -> dict[str, str]:

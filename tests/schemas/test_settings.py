@@ -134,6 +134,11 @@ def test_the_saved_field_names_do_not_change():
         "eval_batches",
         "log_every",
         "loader_workers",
+        "gradient_accumulation_steps",
+        "remat",
+        "tensorboard",
+        "profile_steps",
+        "profile_skip_steps",
     ]
 
 

@@ -1,5 +1,7 @@
-"""`prepare` run as a process with faults injected at named points (see faults/): killed part way
-through a pass whatever the machine's load, or counted as its units start."""
+"""Commands run as processes under faults: `prepare` with faults injected at named points (see
+faults/), killed part way through a pass whatever the machine's load, or counted as its units
+start; a command as a terminal's foreground job, for the interrupts a test sends it; a shell in a
+namespace of its own, where a full or read-only disk can be mounted."""
 
 from __future__ import annotations
 
@@ -22,6 +24,39 @@ def fault_env(env: dict[str, str] | None = None, **faults: str) -> dict[str, str
     sitecustomize)."""
     env = dict(os.environ if env is None else env)
     return {**env, "PYTHONPATH": os.pathsep.join([FAULTS, env.get("PYTHONPATH", "")]), **faults}
+
+
+def foreground_job(
+    args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    sigint=signal.SIG_DFL,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """`python ARGS` in a process group of its own, started with SIGINT at `sigint`: by default as a
+    terminal starts a foreground job, whatever this test runner inherited (a runner started in the
+    background of a script ignores SIGINT, and so would the run)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def in_namespace(script: str, *, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Runs a shell script as root of a new user and mount namespace: it may mount a small tmpfs."""
+    return subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _prepare_starting_units(

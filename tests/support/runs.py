@@ -30,12 +30,16 @@ def run_prepare(inputs: list[str], output: str, *extra: str) -> Manifest:
 
 def run_command(name: str, *argv: str) -> int:
     """A `tokshards` command run in this process as the console script runs it: its exit status, and
-    its error line on stderr. The interrupt handling it installs is undone after it."""
-    handler, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
+    its error line on stderr. The interrupt and SIGTERM handling it installs is undone after it."""
+    handlers, hook = (
+        {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+        sys.unraisablehook,
+    )
     try:
         return commands.run_command(name, list(argv), f"tokshards {name}")
     finally:
-        signal.signal(signal.SIGINT, handler)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
         sys.unraisablehook = hook
 
 

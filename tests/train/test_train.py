@@ -3,7 +3,6 @@ and a two-process run."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -14,32 +13,17 @@ import sys
 import numpy as np
 import pytest
 
-from model.config import preset
 from support.runs import REPO
+from support.training import small_config
 from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.run_tokenizer import TOKENIZER_NAME
 from train.sample import sample
 from train.trainer import train
 
-SMALL = dict(width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-
 
 def _config(stories_dataset: str, workdir: str, **overrides) -> TrainConfig:
-    base = TrainConfig(
-        data=stories_dataset,
-        workdir=workdir,
-        model=preset("tiny", **SMALL),
-        steps=8,
-        batch_size=4,
-        seq_len=32,
-        warmup_steps=2,
-        learning_rate=3e-3,
-        checkpoint_every=4,
-        eval_every=4,
-        eval_batches=2,
-    )
-    return dataclasses.replace(base, **overrides)
+    return small_config(stories_dataset, workdir, **{"eval_batches": 2, **overrides})
 
 
 def _losses(workdir: str) -> tuple[list[float], list[float]]:
@@ -86,6 +70,7 @@ def test_resume_after_a_crash_past_the_last_checkpoint(stories_dataset, uninterr
     assert result["params_sha256"] == uninterrupted[1]["params_sha256"]
 
 
+@pytest.mark.integration
 def test_a_finished_run_is_not_trained_further(stories_dataset, uninterrupted):
     workdir, whole = uninterrupted
     again = train(_config(stories_dataset, workdir))

@@ -4,7 +4,6 @@ without a kill mid-save ever leaving one that restores wrongly."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -18,10 +17,9 @@ from jax._src import array as jax_array
 from jax._src import config as jax_config
 
 import train.trainer as trainer
-from model.config import preset
 from support.runs import REPO
+from support.training import small_config
 from train.checkpointing import Checkpointer
-from train.config import TrainConfig
 from train.metrics import METRICS_NAME, read_rows
 from train.step import learning_rate
 from train.trainer import train
@@ -29,29 +27,11 @@ from train.trainer import train
 pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
 
 
-def _config(data: str, workdir: str, **overrides) -> TrainConfig:
-    model = preset("tiny", width=32, mlp_width=64, num_layers=1, num_heads=2, max_seq_len=32)
-    base = TrainConfig(
-        data=data,
-        workdir=workdir,
-        model=model,
-        steps=8,
-        batch_size=4,
-        seq_len=32,
-        warmup_steps=2,
-        learning_rate=3e-3,
-        checkpoint_every=4,
-        eval_every=4,
-        eval_batches=1,
-    )
-    return dataclasses.replace(base, **overrides)
-
-
 @pytest.mark.parametrize(
     "warmup, steps, decay", [(0, 50, None), (10, 50, None), (10, 50, 30), (1, 7, None)]
 )
 def test_the_host_learning_rate_is_optax_warmup_cosine_schedule(warmup, steps, decay):
-    config = _config(
+    config = small_config(
         "-",
         "-",
         warmup_steps=warmup,
@@ -89,7 +69,7 @@ def test_a_step_that_neither_logs_nor_checkpoints_reads_nothing_from_the_device(
 ):
     # Quiet steps (1 is checked, 3 and 6 logged, 4 evaluated and checkpointed, 7 the last) around
     # them.
-    result = train(_config(stories_dataset, str(tmp_path / "run"), steps=7, log_every=3))
+    result = train(small_config(stories_dataset, str(tmp_path / "run"), steps=7, log_every=3))
     assert result["step"] == 7
     rows = read_rows(os.path.join(str(tmp_path / "run"), METRICS_NAME))
     assert [r["step"] for r in rows if "loss" in r] == [3, 6, 7]
@@ -104,7 +84,7 @@ def test_a_step_that_neither_logs_nor_checkpoints_reads_nothing_from_the_device(
 
     monkeypatch.setattr(trainer, "global_batch", reading)
     with pytest.raises(RuntimeError, match="Disallowed device-to-host transfer"):
-        train(_config(stories_dataset, str(tmp_path / "other"), steps=7, log_every=3))
+        train(small_config(stories_dataset, str(tmp_path / "other"), steps=7, log_every=3))
 
 
 # A run whose save of `step` stops, at `phase`, until the process is killed: "writing" while the
@@ -156,7 +136,7 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_the_resume_is_e
     stories_dataset, tmp_path, phase
 ):
     whole = str(tmp_path / "whole")
-    uninterrupted = train(_config(stories_dataset, whole))
+    uninterrupted = train(small_config(stories_dataset, whole))
     workdir = str(tmp_path / "killed")
     os.makedirs(workdir)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -184,6 +164,6 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_the_resume_is_e
     checkpointer = Checkpointer(workdir, every=4, keep=3)
     assert checkpointer.latest_step() == 4
     checkpointer.close()
-    resumed = train(_config(stories_dataset, workdir))
+    resumed = train(small_config(stories_dataset, workdir))
     np.testing.assert_allclose(_losses(workdir), _losses(whole), rtol=1e-6)
     assert resumed["params_sha256"] == uninterrupted["params_sha256"]

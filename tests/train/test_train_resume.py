@@ -199,9 +199,11 @@ def test_the_optimizer_settings_have_flags_with_their_defaults_and_are_saved(
     # Resumed without them, the saved values hold; given again equal, they are accepted.
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "3", "--beta2", "0.99")
     assert code == 0, err
+    assert "train: resuming from the checkpoint of step 2 of 3" in err
     assert _train_rows(workdir)[-1]["step"] == 3
 
 
+@pytest.mark.integration
 def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished, tmp_path, capsys):
     # A run saved before batches were drawn from the whole epoch: its loader state (a position in
     # other batches) has no version. Resuming on it would train on other data than the run's.
@@ -227,3 +229,30 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
         len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0]
     ), err
     assert len(_train_rows(workdir)) == 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("steps", ["2", "1"])
+def test_a_finished_run_says_so_and_changes_nothing(finished, tmp_path, capsys, steps):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(finished, workdir)
+    before = {
+        name: open(os.path.join(workdir, name), "rb").read()
+        for name in ("config.json", METRICS_NAME)
+    }
+    code, out, err = _run(capsys, "--workdir", workdir, "--steps", steps)
+    assert code == 0, err
+    past = " of 2" if steps == "2" else ", past --steps 1"
+    assert f"train: already at step 2{past}; nothing to train (--steps sets a later end)" in out
+    assert "final loss" not in out
+    assert before == {name: open(os.path.join(workdir, name), "rb").read() for name in before}
+
+
+@pytest.mark.integration
+def test_a_resume_says_the_step_it_resumes_from(finished, tmp_path, capsys):
+    workdir = str(tmp_path / "run")
+    shutil.copytree(finished, workdir)
+    code, _, err = _run(capsys, "--workdir", workdir, "--steps", "3")
+    assert code == 0, err
+    assert "train: resuming from the checkpoint of step 2 of 3" in err
+    assert _train_rows(workdir)[-1]["step"] == 3

@@ -1,15 +1,17 @@
-"""Named points of a prepare run, and acting at one in whichever process of the run reaches it.
+"""Named points of a prepare or train run, and acting at one in whichever process of the run
+reaches it.
 
 A point is the start of an import, or a call of a function or method (`Class.method`) of a module:
 the function is wrapped as its module finishes importing, in every process that imports it, spawned
-or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts.
-What is done there is the fault's (see the modules beside this one). Counts and one-of-a-kind events
-are files made with O_EXCL in a state directory, so they hold across processes whatever their
-timing.
+or forked, since this directory's `sitecustomize` installs the hooks as each interpreter starts (a
+function the module registers in `gc.callbacks` is wrapped there, `wrap_gc_callback`). What is done
+there is the fault's (see the modules beside this one). Counts and one-of-a-kind events are files
+made with O_EXCL in a state directory, so they hold across processes whatever their timing.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import importlib.util
 import os
@@ -37,6 +39,14 @@ UNITS = Point(
 )  # one unit tokenized, written and recorded
 FINISHING = Point("pipeline.prepare.write.finalize", "write_outputs")
 PRISM = Point("apache_beam.runners.portability.prism_runner", "PrismRunner.run_pipeline")
+
+# The points of a training run that the faults act at.
+NUMPY_IMPORT = Point("numpy")
+JAXLIB_IMPORT = Point("jaxlib._jax")  # jaxlib's extension module
+# Registered in gc.callbacks as it imports.
+JAX_GC_CALLBACK = Point("jax._src.lib", "_xla_gc_callback")
+OPENING = Point("train.trainer", "_open")  # the run opens its data
+STEP_FEED = Point("train.mesh", "one_row_per_device")  # once per step, as its batch is fed
 
 
 def take(state_dir: str, name: str) -> bool:
@@ -73,6 +83,17 @@ def wrap(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
         owner, _, name = point.attribute.rpartition(".")
         target = getattr(module, owner) if owner else module
         setattr(target, name, wrapper(getattr(target, name)))
+
+    sys.meta_path.insert(0, _Finder(point.module, patch=patch))
+
+
+def wrap_gc_callback(point: Point, wrapper: Callable[[Callable], Callable]) -> None:
+    """Replaces `point.attribute`, a function that `point.module` registers in `gc.callbacks` as it
+    imports, there by `wrapper(original)`: the garbage collector calls the wrapper."""
+
+    def patch(module) -> None:
+        function = getattr(module, point.attribute)
+        gc.callbacks[gc.callbacks.index(function)] = wrapper(function)
 
     sys.meta_path.insert(0, _Finder(point.module, patch=patch))
 
