@@ -6,7 +6,8 @@ tokens, one fresh process per policy (none, full, dots), each compiling the trai
 own figure for the step's temporary memory (the activations kept for the backward pass, the
 gradients, the logits). With `--run`, each also runs the step: the process's peak resident memory
 (the kernel's count: parameters, AdamW's moments, the batch, the step's temporaries; about 15 GiB
-without remat), the first step's seconds (compiling included) and `--steps` more.
+without remat), on an accelerator the device's own peak count, the first step's seconds (compiling
+included) and `--steps` more.
 
 Accumulation: the trainer's step on the `minigpt` preset at a global batch of 16 x 256, whole and
 in 4 micro-batches of 4 rows, alternating in rounds of the same process: seconds per step, hence
@@ -85,12 +86,17 @@ def remat_child(policy: str, count: int) -> dict:
     """In its own process: one policy's figures."""
     import resource
 
+    import jax
+
     steps, batch, mesh = _steps("gpt2", REMAT_BATCH, REMAT_SEQ, remat=policy)
     out = {"policy": policy, "temporary_bytes": _temporary_bytes(steps, batch, mesh)}
     if count is not None:
         arrays, out["first_step_seconds"] = _timed(steps, batch, mesh, steps.arrays, 1)  # compiles
         out["seconds_per_step"] = _timed(steps, batch, mesh, arrays, count)[1] if count else None
         out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        stats = jax.devices()[0].memory_stats() or {}  # an accelerator's own count; none on CPU
+        if "peak_bytes_in_use" in stats:
+            out["device_peak_bytes"] = stats["peak_bytes_in_use"]
     return out
 
 
@@ -142,8 +148,11 @@ def main() -> None:
             f"remat: gpt2 preset (12 layers, width 768), batch {REMAT_BATCH} x {REMAT_SEQ}, one "
             "process per policy"
         )
-        print("| policy | XLA temporaries | peak RSS | first step (compiling) | s/step |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print(
+            "| policy | XLA temporaries | peak RSS | device peak | first step (compiling) "
+            "| s/step |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for policy in ("none", "full", "dots"):
             child = [sys.executable, __file__, "--child", policy, "--steps", str(args.steps)] + [
                 "--run"
@@ -153,14 +162,15 @@ def main() -> None:
                     child, capture_output=True, text=True, check=True
                 ).stdout.splitlines()[-1]
             )
-            rss, first, per_step = (
+            rss, device_peak, first, per_step = (
                 f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" if "peak_rss_bytes" in r else "",
+                f"{r['device_peak_bytes'] / 2**30:.2f} GiB" if "device_peak_bytes" in r else "",
                 f"{r['first_step_seconds']:.1f} s" if "first_step_seconds" in r else "",
-                f"{r['seconds_per_step']:.1f}" if r.get("seconds_per_step") else "",
+                f"{r['seconds_per_step']:.3g}" if r.get("seconds_per_step") else "",
             )
             print(
-                f"| {policy} | {r['temporary_bytes'] / 2**30:.2f} GiB | {rss} | {first} "
-                f"| {per_step} |",
+                f"| {policy} | {r['temporary_bytes'] / 2**30:.2f} GiB | {rss} | {device_peak} "
+                f"| {first} | {per_step} |",
                 flush=True,
             )
     if args.part == "remat":

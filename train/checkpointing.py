@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,12 +39,26 @@ def in_background() -> bool:
     return jax.devices()[0].platform != "cpu"
 
 
-class _OrbaxBackground(logging.Filter):
-    """Orbax's logged errors of a failed background save (each with its traceback, once per thread
-    that saw it): the failure is raised again to the loop, which reports it in one line."""
+def _through_orbax(record: logging.LogRecord) -> bool:
+    """Whether an error record comes from Orbax's code, or reports an exception raised in it."""
+    inside = f"{os.sep}orbax{os.sep}"
+    trace = record.exc_info[2] if record.exc_info else None
+    return record.levelno >= logging.ERROR and (
+        inside in record.pathname
+        or any(inside in frame.filename for frame in traceback.extract_tb(trace))
+    )
+
+
+class _OrbaxFailures(logging.Filter):
+    """The errors a failed save logs besides raising: Orbax's own (with their tracebacks, once per
+    thread that saw it), and asyncio's `exception was never retrieved` for the gathered writes
+    whose failure the first one's already raised, logged whenever the futures are collected. The
+    failure is raised again to the loop, which reports it in one line."""
+
+    LOGGERS = ("absl", "asyncio")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+        return not _through_orbax(record)
 
 
 def _without_closed_loop_writes(hook):
@@ -63,26 +78,32 @@ def _without_closed_loop_writes(hook):
 
 @contextlib.contextmanager
 def _quiet_failures() -> Iterator[None]:
-    """While checkpoints are written: Orbax's logged errors are left to the loop's one line, and so
-    are the writes that TensorStore finishes after a failed save's event loop closed."""
-    absl = logging.getLogger("absl")
-    quiet = _OrbaxBackground()
-    absl.addFilter(quiet)
+    """While checkpoints are written: a failed save's logged errors are left to the loop's one line,
+    and so are the writes that TensorStore finishes after its event loop closed."""
+    quiet = _OrbaxFailures()
+    for name in _OrbaxFailures.LOGGERS:
+        logging.getLogger(name).addFilter(quiet)
     hook = sys.unraisablehook
     sys.unraisablehook = _without_closed_loop_writes(hook)
     try:
         yield
     finally:
         sys.unraisablehook = hook
-        absl.removeFilter(quiet)
+        for name in _OrbaxFailures.LOGGERS:
+            logging.getLogger(name).removeFilter(quiet)
+
+
+_AFTER_FAILURE = _OrbaxFailures()
 
 
 def _quiet_failed_writes_from_now_on() -> None:
-    """Once a save failed, for the rest of the process: TensorStore finishes its writes whenever
-    they return, after the checkpointer is closed too (as the run prints its error line and
-    exits)."""
+    """Once a save failed, for the rest of the process: TensorStore finishes its writes, and the
+    garbage collector reports their unretrieved futures, whenever they come, after the checkpointer
+    is closed too (as the run prints its error line and exits)."""
     if not getattr(sys.unraisablehook, "without_closed_loop_writes", False):
         sys.unraisablehook = _without_closed_loop_writes(sys.unraisablehook)
+    for name in _OrbaxFailures.LOGGERS:
+        logging.getLogger(name).addFilter(_AFTER_FAILURE)  # once: a filter already there is kept
 
 
 class _AnyTopologyHandler(grain.checkpoint.CheckpointHandler):
