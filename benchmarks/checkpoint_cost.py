@@ -21,7 +21,9 @@ time: XLA splits each op over every core and waits for the slowest part.
     python benchmarks/checkpoint_cost.py [--rounds 3] [--steps 20] [--check]
 
 The goals: the trainer's checkpoint costs the loop no more wall-clock time than a synchronous save,
-and on accelerators blocks it at most 1 s (`--check` exits 1 otherwise).
+beyond the spread of the steps alone across rounds (the machine's own noise, which decides between
+two synchronous saves on CPU), and on accelerators blocks it at most 1 s (`--check` exits 1
+otherwise).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def main() -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help=f"exit 1 if a save blocks over {GOAL_SECONDS} s or costs more than a synchronous one",
+        help=f"exit 1 if a save blocks over {GOAL_SECONDS} s or costs more than a synchronous one "
+        "beyond the rounds' noise",
     )
     args = parser.parse_args()
     config = TrainConfig(data="-", workdir="-", model=MODEL, seq_len=SEQ, batch_size=BATCH)
@@ -145,13 +148,19 @@ def main() -> None:
         case: statistics.median(cost[case]) / statistics.median(cost["sync"])
         for case in ("background", "trainer")
     }
+    # What the machine alone moved a case by: the spread of the steps alone across rounds. Two
+    # costs closer than that are equal as far as this run can tell (on CPU the trainer's save is
+    # itself a synchronous one).
+    noise = max(wall["none"]) - min(wall["none"])
+    excess = statistics.median(cost["trainer"]) - statistics.median(cost["sync"])
     print(
         f"wall-clock cost / synchronous save's: background {ratios['background']:.3f}, "
         f"the trainer's ({'in the background' if in_background() else 'written at once'}) "
-        f"{ratios['trainer']:.3f} (goal: at most 1)"
+        f"{ratios['trainer']:.3f}, {excess:+.2f} s against the rounds' own noise of {noise:.2f} s "
+        "(goal: no dearer than that noise)"
     )
     if args.check and (
-        ratios["trainer"] > 1 or (in_background() and max(blocked["trainer"]) > GOAL_SECONDS)
+        excess > noise or (in_background() and max(blocked["trainer"]) > GOAL_SECONDS)
     ):
         sys.exit(1)
 
