@@ -45,7 +45,7 @@ def _through_orbax(record: logging.LogRecord) -> bool:
     trace = record.exc_info[2] if record.exc_info else None
     return record.levelno >= logging.ERROR and (
         inside in record.pathname
-        or any(inside in frame.filename for frame in traceback.extract_tb(trace))
+        or any(inside in frame.f_code.co_filename for frame, _ in traceback.walk_tb(trace))
     )
 
 
