@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from pipeline.corpus import stories as corpus_stories
 from pipeline.corpus import write_corpus
 from pipeline.dataset.manifest_io import read_manifest
 from pipeline.prepare.planning import make_plan, worker_extras
@@ -460,33 +459,3 @@ def test_a_20_mb_document_peak_memory(tmp_path, name):
     result = _measured(tmp_path, name, 20_000_000, whole=False)
     if name.startswith("bpe"):  # the ids, twice (the pieces' and the joined ones), and little else
         assert result["documents"]["peak_mib"] < 8 * result["ids"] / 2**20 + 30
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["bpe_llama_like", "unigram_default"])
-def test_short_documents_encode_at_the_librarys_own_speed(tmp_path, name):
-    # The backend (one batch call of the library, then the boundary ids joined in) against the
-    # library's own batch encode of the same documents, in CPU seconds: the best of 3 rounds each.
-    import time
-
-    tokenizer = SentencePieceTokenizer(
-        train_model(name, 4000, stories=3000), bos_flag=None, eos_flag=None
-    )
-    texts = list(corpus_stories(4000, seed=21))
-    megabytes = sum(len(t.encode()) for t in texts) / 1e6
-
-    def best(encode) -> float:
-        times = []
-        for _ in range(3):
-            start = time.process_time()
-            encode()
-            times.append(time.process_time() - start)
-        return min(times)
-
-    library = best(lambda: tokenizer.sp.encode(texts, num_threads=1))
-    backend = best(lambda: tokenizer.encode_documents(texts))
-    print(
-        f"{name}: {megabytes:.2f} MB of {len(texts)} documents; library "
-        f"{megabytes / library:.2f} MB per CPU-s, backend {megabytes / backend:.2f} MB per CPU-s"
-    )
-    assert backend < 1.25 * library
