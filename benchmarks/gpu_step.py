@@ -25,7 +25,6 @@ CUDA GPU it also checks cuDNN's attention against XLA's with a materialized mask
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -49,6 +48,7 @@ from model.config import GPTConfig, preset  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
 from train.mesh import global_batch, make_mesh  # noqa: E402
 from train.metrics import METRICS_NAME, peak_flops, read_rows  # noqa: E402
+from train.settings import default  # noqa: E402
 from train.step import Steps  # noqa: E402
 from train.trainer import build  # noqa: E402
 
@@ -340,7 +340,7 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-every",
         type=int,
-        default={f.name: f.default for f in dataclasses.fields(TrainConfig)}["checkpoint_every"],
+        default=default("checkpoint_every"),
         help="the python -m train run's (its default)",
     )
     args = parser.parse_args()
