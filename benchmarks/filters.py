@@ -31,10 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO, os.path.join(REPO, "tests")]  # the web-like text the filter tests use too
+
+from cpu_time import fewest_cpu_seconds  # noqa: E402
 
 from support.varied_text import varied_documents  # noqa: E402
 from support.web_text import held_out_documents  # noqa: E402
@@ -111,16 +112,6 @@ def end_to_end(path: str, documents: int, workdir: str, rounds: int) -> float:
     return best["all four"] / best["plain"]
 
 
-def _cpu_seconds(rounds: int, work: Callable[..., object], *args: object) -> float:
-    """The fewest CPU seconds of this process that `work(*args)` took in `rounds` calls."""
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.process_time()
-        work(*args)
-        best = min(best, time.process_time() - started)
-    return best
-
-
 def _cold_seconds(names: list[str], corpus: str, seed: int, count: int) -> float:
     """CPU seconds of a fresh process's fast filters on the corpus (spaCy loaded beforehand)."""
     code = (
@@ -156,7 +147,7 @@ def per_core(rounds: int) -> None:
         megabytes = sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6
         sample = docs[: count // 4]
         sample_megabytes = sum(len(d.encode("utf-8", "surrogatepass")) for d in sample) / 1e6
-        tiktoken = megabytes / _cpu_seconds(
+        tiktoken = megabytes / fewest_cpu_seconds(
             rounds, functools.partial(encoding.encode_ordinary_batch, num_threads=1), docs
         )
         print(
@@ -170,11 +161,11 @@ def per_core(rounds: int) -> None:
         for names in runs:
             fast = quality_filters(names, {}, "fast")
             fast.judge_many(other)
-            warm = megabytes / _cpu_seconds(rounds, fast.judge_many, docs)
+            warm = megabytes / fewest_cpu_seconds(rounds, fast.judge_many, docs)
             cold = megabytes / _cold_seconds(names, kind, 100, count)
             exact = quality_filters(names, {}, "datatrove")
             exact.judge_many(["Warm up, the filters."])
-            slow = sample_megabytes / _cpu_seconds(1, exact.judge_many, sample)
+            slow = sample_megabytes / fewest_cpu_seconds(1, exact.judge_many, sample)
             print(
                 f"{'+'.join(names):45s} {warm:10.1f} {cold:10.1f} {slow:10.2f}   "
                 f"{tiktoken / warm:.2f}"

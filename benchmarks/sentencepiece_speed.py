@@ -13,29 +13,21 @@ The goal: the backend within 1.25x the library's time (`--check` exits 1 otherwi
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
-import time
-from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))  # `support`: the models the tests train
+
+from cpu_time import fewest_cpu_seconds  # noqa: E402
 
 from pipeline.corpus import stories  # noqa: E402
 from pipeline.tokenization.sentencepiece_backend import SentencePieceTokenizer  # noqa: E402
 from support.sentencepiece_files import train_model  # noqa: E402
 
 GOAL = 1.25
-
-
-def _best(encode: Callable[[], object], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.process_time()
-        encode()
-        times.append(time.process_time() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -52,8 +44,10 @@ def main() -> None:
         tokenizer = SentencePieceTokenizer(
             train_model(name, 4000, stories=3000), bos_flag=None, eos_flag=None
         )
-        library = _best(lambda t=tokenizer: t.sp.encode(texts, num_threads=1), args.rounds)
-        backend = _best(lambda t=tokenizer: t.encode_documents(texts), args.rounds)
+        library = fewest_cpu_seconds(
+            args.rounds, functools.partial(tokenizer.sp.encode, num_threads=1), texts
+        )
+        backend = fewest_cpu_seconds(args.rounds, tokenizer.encode_documents, texts)
         worst = max(worst, backend / library)
         print(
             f"{name}: {megabytes:.2f} MB of {len(texts)} documents; library "
