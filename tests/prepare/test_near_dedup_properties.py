@@ -10,6 +10,7 @@ import os
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from pipeline.prepare.clean.removals import NEAR, duplicates, places
 from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import PrepareConfig
+from support.examples import tiered
 
 LOW = 0.2
 NGRAM = 5
@@ -99,19 +101,23 @@ def _near_removed(keeper: str, other: str) -> bool:
     return any(number == 1 for _, number, *_ in duplicates(NEAR, parts))
 
 
-@settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
-)
-@given(pairs())
-def test_no_pair_below_the_curves_low_end_is_removed(pair):
-    keeper, other = pair
-    similarity = _jaccard(keeper, other)
-    assume(similarity is None or similarity < LOW)
-    assert not _near_removed(keeper, other), (similarity, keeper, other)
+@pytest.mark.parametrize("examples", tiered(60, 400))
+def test_no_pair_below_the_curves_low_end_is_removed(examples):
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    )
+    @given(pairs())
+    def check(pair):
+        keeper, other = pair
+        similarity = _jaccard(keeper, other)
+        assume(similarity is None or similarity < LOW)
+        assert not _near_removed(keeper, other), (similarity, keeper, other)
+
+    check()
 
 
 def test_the_check_itself_sees_a_copy():
