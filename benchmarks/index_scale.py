@@ -3,7 +3,8 @@
 Writes the lengths cache a scan would leave for a split of `--records` records in 100 shards (1 to
 4 whole documents per record, as `pipeline.load.lengths` lays it out) and, for document packing,
 derives its units (once per machine and `seq_len`, timed), then, in a fresh process, measures what
-a training host pays: opening the lengths (memory maps) and the planner, planning the first batch,
+a training host pays: opening the lengths (each file checked against its digest, then mapped) and
+the planner, planning the first batch (and, of that, the digest checks alone),
 resuming at a position far into the run (a checkpoint's few integers: no replay), and the steady
 cost of planning a step; with the process's resident memory after each.
 
@@ -59,10 +60,7 @@ def write_cache(records: int, seed: int = 0) -> None:
             "lead": np.zeros(count, np.int32),
             "before": np.full(count, -1, np.int32),
         }
-        prefix = lengths.entry_prefix(_shard(index, 0).sha256, EOT_ID, "uint16")
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        for name, array in arrays.items():
-            np.save(f"{prefix}-{name}.npy", array)
+        lengths.write_entry(lengths.entry_prefix(_shard(index, 0).sha256, EOT_ID, "uint16"), arrays)
 
 
 def _resident_mb() -> float:
@@ -79,7 +77,23 @@ def open_split(records: int) -> lengths.SplitLengths:
     )
 
 
+def digest_seconds() -> tuple[float, int]:
+    """Seconds to hash every array file of the cache as opening an entry checks it, and their
+    bytes."""
+    paths = [
+        os.path.join(root, f)
+        for root, _, files in os.walk(lengths.cache_dir())
+        for f in files
+        if f.endswith(".npy")
+    ]
+    start = time.perf_counter()
+    for path in paths:
+        lengths.file_digest(path)
+    return time.perf_counter() - start, sum(os.path.getsize(p) for p in paths)
+
+
 def measure(records: int, packing: str, steps: int, rows: int) -> None:
+    checking, checked = digest_seconds()  # the cache's pages are in the page cache: a warm start
     before = _resident_mb()
     start = time.perf_counter()
     split = open_split(records)
@@ -106,7 +120,11 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
         for root, _, files in os.walk(lengths.cache_dir())
         for f in files
     )
-    print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch {rows} x 1024")
+    documents = sum(map(len, split.docs))
+    print(
+        f"{records:,} records ({documents:,} documents) in {SHARDS} shards, {packing} packing, "
+        f"global batch {rows} x 1024"
+    )
     print(
         f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} "
         "bytes per record)"
@@ -114,6 +132,10 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
     print(
         f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident "
         f"+{opened_mb - before:,.1f} MiB"
+    )
+    print(
+        f"  of which checking the digests: {checking * 1e3:,.1f} ms ({checked / 2**20:,.0f} MiB "
+        f"hashed, {checked / 2**30 / checking:,.1f} GiB/s)"
     )
     print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
     print(
