@@ -3,12 +3,14 @@
 Writes the lengths cache a scan would leave for a split of `--records` records in 100 shards (1 to
 4 whole documents per record, as `pipeline.load.lengths` lays it out) and, for document packing,
 derives its units (once per machine and `seq_len`, timed), then, in a fresh process, measures what
-a training host pays: opening the lengths (memory maps) and the planner, planning the first batch,
+a training host pays: opening the lengths (each file checked against its digest, then mapped) and
+the planner, planning the first batch (and, of that, the digest checks alone; with `--rounds N`,
+alternating with a reference process that maps the entries unchecked, as layout 3 opened them),
 resuming at a position far into the run (a checkpoint's few integers: no replay), and the steady
 cost of planning a step; with the process's resident memory after each.
 
     python benchmarks/index_scale.py [--records 10000000] [--packing document] [--steps 2000] \
-[--rows 16]
+[--rows 16] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -59,10 +61,7 @@ def write_cache(records: int, seed: int = 0) -> None:
             "lead": np.zeros(count, np.int32),
             "before": np.full(count, -1, np.int32),
         }
-        prefix = lengths.entry_prefix(_shard(index, 0).sha256, EOT_ID, "uint16")
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        for name, array in arrays.items():
-            np.save(f"{prefix}-{name}.npy", array)
+        lengths.write_entry(lengths.entry_prefix(_shard(index, 0).sha256, EOT_ID, "uint16"), arrays)
 
 
 def _resident_mb() -> float:
@@ -79,7 +78,25 @@ def open_split(records: int) -> lengths.SplitLengths:
     )
 
 
-def measure(records: int, packing: str, steps: int, rows: int) -> None:
+def digest_seconds() -> tuple[float, int]:
+    """Seconds to hash every array file of the cache as opening an entry checks it, and their
+    bytes."""
+    paths = [
+        os.path.join(root, f)
+        for root, _, files in os.walk(lengths.cache_dir())
+        for f in files
+        if f.endswith(".npy")
+    ]
+    start = time.perf_counter()
+    for path in paths:
+        lengths.file_digest(path)
+    return time.perf_counter() - start, sum(os.path.getsize(p) for p in paths)
+
+
+def measure(records: int, packing: str, steps: int, rows: int, unchecked: bool) -> None:
+    if unchecked:  # the reference: each file mapped as it is, no digest read or compared
+        lengths._checked_load = lambda prefix, name, digest: lengths._load(f"{prefix}-{name}.npy")
+    checking, checked = digest_seconds()  # the cache's pages are in the page cache: a warm start
     before = _resident_mb()
     start = time.perf_counter()
     split = open_split(records)
@@ -106,7 +123,11 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
         for root, _, files in os.walk(lengths.cache_dir())
         for f in files
     )
-    print(f"{records:,} records in {SHARDS} shards, {packing} packing, global batch {rows} x 1024")
+    documents = sum(map(len, split.docs))
+    print(
+        f"{records:,} records ({documents:,} documents) in {SHARDS} shards, {packing} packing, "
+        f"global batch {rows} x 1024{' (reference: entries unchecked)' if unchecked else ''}"
+    )
     print(
         f"lengths cache on disk:           {on_disk / 2**20:,.0f} MiB ({on_disk / records:.1f} "
         "bytes per record)"
@@ -115,6 +136,11 @@ def measure(records: int, packing: str, steps: int, rows: int) -> None:
         f"start-up (open + first plan):    {opened * 1e3:,.1f} ms, resident "
         f"+{opened_mb - before:,.1f} MiB"
     )
+    if not unchecked:
+        print(
+            f"  of which checking the digests: {checking * 1e3:,.1f} ms ({checked / 2**20:,.0f} "
+            f"MiB hashed, {checked / 2**30 / checking:,.1f} GiB/s)"
+        )
     print(f"resume at step 10^6 (one plan):  {resumed * 1e3:,.2f} ms")
     print(
         f"planning a step, steady:         {per_step * 1e3:,.3f} ms over {steps} steps "
@@ -132,10 +158,18 @@ def main() -> int:
     parser.add_argument(
         "--rows", type=int, default=16, help="global batch size (rows the plan fills per step)"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="also measure this many times each, alternating, opening with the digest checks and "
+        "a reference without them (default: once, with them)",
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--unchecked", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        measure(args.records, args.packing, args.steps, args.rows)
+        measure(args.records, args.packing, args.steps, args.rows, args.unchecked)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[lengths.CACHE_ENV] = tmp
@@ -148,9 +182,16 @@ def main() -> int:
                 f"{time.perf_counter() - start:,.1f} s",
                 flush=True,
             )
-        # A fresh process: its memory holds what a training host's would, not the arrays just
-        # written.
-        return subprocess.run([sys.executable, __file__, "--measure", *sys.argv[1:]]).returncode
+        # A fresh process each: its memory holds what a training host's would, not the arrays
+        # just written.
+        runs = [[]] if not args.rounds else [[], ["--unchecked"]] * args.rounds
+        for extra in runs:
+            measured = subprocess.run(
+                [sys.executable, __file__, "--measure", *sys.argv[1:], *extra]
+            )
+            if measured.returncode:
+                return measured.returncode
+        return 0
 
 
 if __name__ == "__main__":

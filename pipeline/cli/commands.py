@@ -58,7 +58,9 @@ COMMANDS = {
         "tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"
     ),
     "verify": Command(
-        "re-hash a prepared directory's shards against its manifest", "pipeline.dataset.verify"
+        "check every file of a prepared directory as its readers do",
+        "pipeline.dataset.verify",
+        extra="load",
     ),
     "inspect": Command(
         "totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"

@@ -1,30 +1,92 @@
-"""`verify`: check a prepared directory against its manifest: every shard re-hashed, no file in the
-split directories that the manifest does not list, totals that add up (as reading the manifest
-checks), naming each file that does not match."""
+"""`verify`: check a prepared directory for everything its readers check, naming every file that
+fails: the manifest agreeing with itself (as reading it checks), every shard present at its size
+and read whole as the loader's lengths index reads it (its bytes hashed to the manifest's, its
+documents, tokens and records counted against the manifest's), the tokenizer files prepare kept
+hashed to the manifest's, and no file in the split directories that the manifest does not list.
+
+The checks are the readers' own (`pipeline.load.lengths`, `pipeline.tokenization.dataset_copy`), so
+a directory `verify` passes is one that `inspect`, `batches` and `train` read, and one they refuse
+is one it names. Reading a shard leaves its lengths cache entry renewed for the readers that follow.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
 from pipeline.dataset.integrity import shard_problems
 from pipeline.dataset.manifest_io import read_manifest, shard_sizes
+from pipeline.load import lengths
+from pipeline.tokenization import TokenizerError
+from pipeline.tokenization.dataset_copy import checked_file, copy_spec
 from schemas.manifest import Manifest
 
 
-def problems(data_dir: str, manifest: Manifest) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A file that fails a check: its path (relative to the directory where it lies inside it)
+    and the line that says how."""
+
+    path: str
+    line: str
+
+
+def _shard_problems(data_dir: str, manifest: Manifest) -> list[Problem]:
+    """In manifest order, each shard missing or of another size (a stat), else read whole."""
     sizes = shard_sizes(data_dir)
-    found = shard_problems(
-        manifest.shards,
-        size_of=sizes.get,
-        open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
-        hashes=True,
-    )
+    found = []
+    for shard in manifest.shards:
+        stated = next(
+            shard_problems(
+                [shard],
+                size_of=sizes.get,
+                open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
+                hashes=False,
+            ),
+            None,
+        )
+        if stated is not None:
+            found.append(Problem(shard.path, str(stated)))
+            continue
+        try:
+            lengths.shard_lengths(
+                data_dir, shard, manifest.dtype, manifest.tokenizer.eot_id, rescan=True
+            )
+        except lengths.DamagedShard as e:
+            found.append(Problem(shard.path, f"damaged: {shard.path} {e.what}"))
+    return found
+
+
+def _tokenizer_problems(data_dir: str, manifest: Manifest) -> list[Problem]:
+    """Each file of the tokenizer copy missing or of other bytes; where the directory has no copy
+    (prepared before copies were kept), the file it was prepared with missing."""
+    copy = manifest.tokenizer_copy
+    if copy is None:
+        try:
+            copy_spec(data_dir, manifest, storage.read_bytes)
+        except TokenizerError as e:
+            return [Problem(manifest.config.tokenizer, str(e))]
+        return []
+    found = []
+    for relative, sha256 in copy.files.items():
+        try:
+            checked_file(data_dir, relative, sha256, storage.read_bytes)
+        except TokenizerError as e:
+            found.append(Problem(relative, str(e)))
+    return found
+
+
+def problems(data_dir: str, manifest: Manifest) -> list[Problem]:
+    """Every file of the directory that fails a reader's check, and every stray shard file."""
     listed = {s.path for s in manifest.shards}
-    strays = [f"not in the manifest: {path}" for path in sorted(set(sizes) - listed)]
-    return [str(p) for p in found] + strays
+    strays = [
+        Problem(path, f"not in the manifest: {path}")
+        for path in sorted(set(shard_sizes(data_dir)) - listed)
+    ]
+    return _shard_problems(data_dir, manifest) + _tokenizer_problems(data_dir, manifest) + strays
 
 
 def parser(prog: str = "tokshards verify") -> argparse.ArgumentParser:
@@ -37,16 +99,18 @@ def main(argv: list[str] | None = None, prog: str = "tokshards verify") -> int:
     args = parser(prog).parse_args(argv)
     manifest = read_manifest(args.data_dir)
     found = problems(args.data_dir, manifest)
-    for line in found:
-        print(line)
+    for problem in found:
+        print(problem.line)
     if found:
         print(
-            f"verify: {len(found)} files do not match the manifest's {len(manifest.shards)} "
-            "shards (listed above): prepare (or copy) the directory again to repair it",
+            f"verify: {len(found)} files do not match the manifest: "
+            f"{', '.join(p.path for p in found)}; prepare (or copy) the directory again to "
+            "repair it",
             file=sys.stderr,
         )
         return 1
     print(
-        f"verify: all {len(manifest.shards)} shards match the manifest, and nothing else is there"
+        f"verify: all {len(manifest.shards)} shards match the manifest in bytes and counts, so do "
+        "the tokenizer files, and nothing else is there"
     )
     return 0

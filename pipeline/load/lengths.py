@@ -16,6 +16,8 @@ cache holds .npy files, opened as memory maps (never read whole):
                                                record continues a document; -1 where it starts one
     SHA256-units-L.npy    int64  [records + 1] document packing's units before each record, for
                                                rows of L tokens (`record_units`)
+    SHA256-digests.json                        each file's XXH3-128 (`file_digest`), written
+                                               after them: an entry without it is unfinished
     SHA256-seen.json                           the files (path, inode, size, times) found to hold
                                                exactly these bytes
 
@@ -30,6 +32,11 @@ holds the manifest's documents, tokens and records for it, and that very file (b
 size and modification times) was hashed to the entry's SHA-256: a file swapped, copied over or
 edited since is hashed again first. Anything else is a one-line `LoaderError` naming the file, or,
 for an entry that does not add up, a scan that replaces it.
+
+An entry is checked against its own content too, each time it is opened: every array against the
+digest written with it, as ccache checks each cache entry's XXH3-128 on reading. One that fails
+(rot, a torn write, a bug in whatever wrote it) is rebuilt from the shard with one line on stderr
+saying so, rather than planning batches from lengths that lie.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +55,7 @@ from itertools import accumulate
 from typing import BinaryIO
 
 import numpy as np
+import xxhash
 from array_record.python.array_record_module import ArrayRecordReader
 from etils import epath
 
@@ -57,10 +66,10 @@ from schemas.records import numpy_dtype
 
 CACHE_ENV = "TOKSHARDS_INDEX_CACHE"
 _DEFAULT_CACHE = os.path.join("~", ".cache", "tokshards", "lengths")
-# The cache's layout: 3 keys an entry by the hash of the bytes it was scanned from, and its dtype;
-# 2 took the manifest's hash on trust; 1 ended a document at every record's end, as records then
-# held whole documents.
-_LAYOUT = 3
+# The cache's layout: 4 writes each file's digest with the entry and checks it on opening; 3 keys
+# an entry by the hash of the bytes it was scanned from, and its dtype; 2 took the manifest's hash
+# on trust; 1 ended a document at every record's end, as records then held whole documents.
+_LAYOUT = 4
 _SCANNED = ("docs", "firsts", "offsets", "lead", "before")
 _SCAN_BATCH = 256  # records read per call while scanning
 _HASH_BLOCK = 2**20
@@ -125,16 +134,83 @@ def _scan(path: str, dtype: np.dtype, eot_id: int) -> dict[str, np.ndarray]:
     }
 
 
-def _save_atomically(path: str, array: np.ndarray) -> None:
+def _save_atomically(path: str, array: np.ndarray) -> str:
+    """Writes the array as `path` whole or not at all; the digest of the file written."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npy.tmp")
     with os.fdopen(fd, "wb") as f:
         np.save(f, array)
+    digest = file_digest(tmp)
     os.replace(tmp, path)
+    return digest
 
 
 def _load(path: str) -> np.ndarray:
     # A plain array over the map: slicing a np.memmap costs several times more, once per record.
     return np.asarray(np.load(path, mmap_mode="r"))
+
+
+class DamagedEntry(LoaderError):
+    """A cache entry (or one of its derived arrays) that is there but not what was written: the
+    message names the file and what is wrong with it. Caught where it is found, and the entry
+    rebuilt; a run error should one ever escape."""
+
+
+def note(text: str) -> None:
+    """One line on stderr about the cache: a damaged entry found and rebuilt is told, not hidden."""
+    print(f"lengths cache: {text}", file=sys.stderr)
+
+
+def file_digest(path: str) -> str:
+    """XXH3-128 of a file's bytes: what an entry's digests file holds for each of its files. XXH3
+    hashes at memory speed (about 40 times SHA-256 here), so an entry is checked whole each time it
+    is opened for about the cost of reading it from the page cache; it finds damage (rot, a torn or
+    foreign write), which is all a cache built from verified bytes needs. The file is read, not
+    mapped, so the check leaves no pages in the process's memory."""
+    digest = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _digests_path(prefix: str) -> str:
+    return f"{prefix}-digests.json"
+
+
+def _digests(prefix: str) -> dict[str, str]:
+    """The digests written with an entry, {} where there are none (no entry, or one whose writing
+    never finished: the digests are written last); a DamagedEntry where they cannot be read."""
+    path = _digests_path(prefix)
+    try:
+        with open(path) as f:
+            digests = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise DamagedEntry(f"{path} cannot be read ({' '.join(str(e).split())[:200]})") from None
+    if not isinstance(digests, dict):
+        raise DamagedEntry(f"{path} does not hold digests")
+    return digests
+
+
+def _write_digests(prefix: str, digests: dict[str, str]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), suffix=".json.tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(digests, f, sort_keys=True)
+    os.replace(tmp, _digests_path(prefix))
+
+
+def _checked_load(prefix: str, name: str, digest: str) -> np.ndarray:
+    """An entry's array, its file checked whole against the digest written with it."""
+    path = f"{prefix}-{name}.npy"
+    try:
+        found = file_digest(path)
+        array = _load(path) if found == digest else None
+    except (OSError, ValueError, EOFError) as e:
+        raise DamagedEntry(f"{path} cannot be read ({' '.join(str(e).split())[:200]})") from None
+    if array is None:
+        raise DamagedEntry(f"{path} does not match the digest written with it")
+    return array
 
 
 def entry_prefix(sha256: str, eot_id: int, dtype_name: str) -> str:
@@ -144,13 +220,17 @@ def entry_prefix(sha256: str, eot_id: int, dtype_name: str) -> str:
 
 
 def read_entry(prefix: str) -> dict[str, np.ndarray] | None:
-    """An entry's arrays, None where it is incomplete or its arrays disagree in length (a file cut
-    short, or written by something else)."""
-    try:
-        arrays = {name: _load(f"{prefix}-{name}.npy") for name in _SCANNED}
-    except (OSError, ValueError, EOFError):
+    """An entry's arrays, each checked against its digest; None where there is no entry (or its
+    writing never finished), a DamagedEntry where one is there but an array does not match its
+    digest or the arrays disagree in length."""
+    digests = _digests(prefix)
+    if not digests:
         return None
-    # Checks that touch a few values only: the maps are paged in as steps need them, never whole.
+    arrays = {}
+    for name in _SCANNED:
+        if name not in digests:
+            raise DamagedEntry(f"{_digests_path(prefix)} lacks the digest of {name}")
+        arrays[name] = _checked_load(prefix, name, digests[name])
     docs, firsts, offsets = arrays["docs"], arrays["firsts"], arrays["offsets"]
     records = len(firsts) - 1
     if (
@@ -161,7 +241,7 @@ def read_entry(prefix: str) -> dict[str, np.ndarray] | None:
         or int(firsts[-1]) != len(docs)
         or offsets[0] != 0
     ):
-        return None
+        raise DamagedEntry(f"the arrays of {prefix} disagree in length")
     return arrays
 
 
@@ -236,13 +316,18 @@ def _sha256(path: epath.Path, copy_to: BinaryIO | None = None) -> str:
     return digest.hexdigest()
 
 
-def _damaged(root: str, path: epath.Path, what: str) -> LoaderError:
-    return LoaderError(f"{path} {what}; {repair_hint(root)}")
+class DamagedShard(LoaderError):
+    """A shard that is not what its manifest says; `what` says how, the message adds the file and
+    the fix."""
+
+    def __init__(self, root: str, path: epath.Path, what: str):
+        super().__init__(f"{path} {what}; {repair_hint(root)}")
+        self.what = what
 
 
 def _check_bytes(root: str, path: epath.Path, sha256: str, shard: ShardInfo) -> None:
     if sha256 != shard.sha256:
-        raise _damaged(
+        raise DamagedShard(
             root,
             path,
             f"does not hold the bytes its manifest names (sha256 {sha256[:12]}..., the "
@@ -277,33 +362,44 @@ def _scanned(
             arrays, error = None, e
         _check_bytes(root, path, hashing.result(), shard)
     if arrays is None:
-        raise _damaged(
+        raise DamagedShard(
             root,
             path,
             f"cannot be read as records of {dtype_name} token ids "
             f"({' '.join(str(error).split())[:200]})",
         )
-    prefix = entry_prefix(shard.sha256, eot_id, dtype_name)
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    for name in _SCANNED:
-        _save_atomically(f"{prefix}-{name}.npy", arrays[name])
+    write_entry(entry_prefix(shard.sha256, eot_id, dtype_name), arrays)
     return arrays
 
 
+def write_entry(prefix: str, arrays: dict[str, np.ndarray]) -> None:
+    """Writes a shard's scanned arrays as the entry `prefix`, then their digests: the entry is
+    complete once they are there (derived arrays' digests join them later)."""
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    _write_digests(
+        prefix, {name: _save_atomically(f"{prefix}-{name}.npy", arrays[name]) for name in _SCANNED}
+    )
+
+
 def shard_lengths(
-    root: str, shard: ShardInfo, dtype_name: str, eot_id: int
+    root: str, shard: ShardInfo, dtype_name: str, eot_id: int, *, rescan: bool = False
 ) -> dict[str, np.ndarray]:
-    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan;
-    a LoaderError naming the file where it is missing, of another size, of other bytes, or holds
-    other counts than the manifest says."""
+    """A shard's arrays (see the module's docstring, the units excepted), from the cache or a scan
+    (always a scan with `rescan`, which renews the entry: `verify` reads every shard); a
+    DamagedShard naming the file where it is missing, of another size, of other bytes, or holds
+    other counts than the manifest says. A damaged entry is rebuilt, and said so on stderr."""
     path = epath.Path(root) / shard.path
     identity = _file_identity(path)
     if identity is None:
-        raise _damaged(root, path, "is missing (the manifest lists it)")
+        raise DamagedShard(root, path, "is missing (the manifest lists it)")
     if identity.size != shard.bytes:
-        raise _damaged(root, path, f"is {identity.size} bytes, the manifest says {shard.bytes}")
+        raise DamagedShard(root, path, f"is {identity.size} bytes, the manifest says {shard.bytes}")
     prefix = entry_prefix(shard.sha256, eot_id, dtype_name)
-    arrays = read_entry(prefix)
+    try:
+        arrays = None if rescan else read_entry(prefix)
+    except DamagedEntry as e:
+        note(f"{e}; rebuilding the entry from {path}")
+        arrays = None
     seen = arrays is not None and identity.signature in _seen(prefix)
     if arrays is not None and not seen:
         _check_bytes(root, path, _sha256(path), shard)
@@ -312,7 +408,7 @@ def shard_lengths(
         arrays = _scanned(root, path, shard, dtype_name, eot_id)
     if _counts(arrays) != expected:
         documents, tokens, records = _counts(arrays)
-        raise _damaged(
+        raise DamagedShard(
             root,
             path,
             f"holds {documents} documents and {tokens} tokens in {records} records, its "
@@ -350,17 +446,25 @@ def _cached(
     prefix: str | None, name: str, derive: Callable[[], np.ndarray], length: int
 ) -> np.ndarray:
     """`derive()` (`length` values), kept as PREFIX-NAME.npy beside the lengths when `prefix` names
-    a shard's entry; a kept file that is not of that length is derived again."""
+    a shard's entry, its digest added to the entry's; a kept file that does not match its digest or
+    is not of that length is derived again (and said so). Two processes deriving at once may each
+    write the digests: one that is lost costs a derivation the next time, not a wrong array."""
     if prefix is None:
         return derive()
     path = f"{prefix}-{name}.npy"
     try:
-        kept = _load(path)
-        if len(kept) == length:
-            return kept
-    except (OSError, ValueError, EOFError):
-        pass
-    _save_atomically(path, derive())
+        digests = _digests(prefix)
+        if name in digests:
+            kept = _checked_load(prefix, name, digests[name])
+            if len(kept) == length:
+                return kept
+            raise DamagedEntry(f"{path} holds {len(kept)} values, not {length}")
+    except DamagedEntry as e:
+        note(f"{e}; deriving it again")
+        digests = {}
+    array = derive()
+    digest = _save_atomically(path, array)
+    _write_digests(prefix, {**digests, name: digest})
     return _load(path)
 
 

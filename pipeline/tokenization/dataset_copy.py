@@ -49,23 +49,29 @@ def save_copy(tokenizer: Tokenizer, write: Callable[[str, bytes], None]) -> Toke
     )
 
 
+def checked_file(data_dir: str, relative: str, sha256: str, read: ReadFile) -> bytes:
+    """A file of the copy, checked against the manifest's hash of it; a TokenizerError naming it
+    where it is missing or holds other bytes."""
+    try:
+        data = read(os.path.join(data_dir, relative))
+    except FileNotFoundError:
+        raise TokenizerError(
+            f"{os.path.join(data_dir, relative)} is missing: {data_dir} lacks the tokenizer "
+            "files it was prepared with; copy the whole directory, or prepare it again"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise TokenizerError(
+            f"{os.path.join(data_dir, relative)} is not the tokenizer file prepare wrote (its "
+            "SHA-256 differs from the manifest's); restore it, or prepare the directory again"
+        )
+    return data
+
+
 def _checked(data_dir: str, copy: TokenizerCopy, read: ReadFile) -> dict[str, bytes]:
-    found = {}
-    for relative, sha256 in copy.files.items():
-        try:
-            data = read(os.path.join(data_dir, relative))
-        except FileNotFoundError:
-            raise TokenizerError(
-                f"{os.path.join(data_dir, relative)} is missing: {data_dir} lacks the tokenizer "
-                "files it was prepared with; copy the whole directory, or prepare it again"
-            ) from None
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise TokenizerError(
-                f"{os.path.join(data_dir, relative)} is not the tokenizer file prepare wrote (its "
-                "SHA-256 differs from the manifest's); restore it, or prepare the directory again"
-            )
-        found[relative] = data
-    return found
+    return {
+        relative: checked_file(data_dir, relative, sha256, read)
+        for relative, sha256 in copy.files.items()
+    }
 
 
 # Remote directories' copies fetched by this process, by directory and copy; each is removed when

@@ -12,12 +12,21 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.load.lengths import CACHE_ENV
 from schemas import formats
-from support.damage import Outcome, batches, inspect, lengths_report, run, verify
+from support.damage import (
+    Outcome,
+    batches,
+    edit_consistently,
+    inspect,
+    lengths_report,
+    run,
+    swap_two_lengths,
+    verify,
+)
 from support.runs import TINY_MODEL
 from support.synthetic import unique_documents, write_prepared
 
@@ -107,6 +116,21 @@ def test_verify_finds_totals_that_do_not_add_up(stories_copy):
     assert "totals.train.tokens" in inspect(stories_copy).error
 
 
+def test_verify_reads_the_counts_a_consistent_edit_leaves_wrong(stories_copy, tmp_path):
+    """A shard's documents raised by one, with its split's and input's totals: the manifest agrees
+    with itself, and only the shard, read, says otherwise, to every reader and to `verify`."""
+    shard = edit_consistently(stories_copy, 3, "documents", 1)
+
+    refusals = (
+        inspect(stories_copy),
+        batches(stories_copy, str(tmp_path / "b.npz"))[0],
+        verify(stories_copy),
+    )
+    for outcome in refusals:
+        assert outcome.status == 1 and shard["path"] in outcome.error
+    assert f"manifest says {shard['documents']}" in refusals[-1].out
+
+
 # --- random damage ---------------------------------------------------------------------------
 
 
@@ -133,12 +157,15 @@ def pristine(tmp_path_factory) -> dict:
     previous = os.environ[CACHE_ENV]
     os.environ[CACHE_ENV] = str(root / "cache")
     try:
-        expected, arrays = batches(data, str(root / "expected.npz"), "epoch")
-        assert expected.status == 0, expected.err
+        expected = {
+            packing: batches(data, str(root / f"{packing}.npz"), "epoch", "--packing", packing)
+            for packing in PACKINGS
+        }
+        assert all(outcome.status == 0 for outcome, _ in expected.values())
         return {
             "data": data,
             "foreign": foreign,
-            "batches": arrays,
+            "batches": {packing: arrays for packing, (_, arrays) in expected.items()},
             "lengths": lengths_report(inspect(data)),
         }
     finally:
@@ -148,6 +175,8 @@ def pristine(tmp_path_factory) -> dict:
 SHARDS = [
     f"{split}/data.array_record-0000{i}-of-00003" for split in formats.SPLITS for i in range(3)
 ]
+PACKINGS = ("concat", "document")
+COUNTS = ("documents", "tokens", "records", "bytes")
 
 
 def _leaves(value, path=()):
@@ -174,6 +203,25 @@ def _edited(value, how: int):
             return value[:-1] + ("0" if value[-1] != "0" else "1")
         return value + "x" if how % 2 else value[:-1]
     return 0  # null
+
+
+def damage_cache(cache: str, kind: str, a: int, b: int, fraction: float) -> None:
+    """Damage to the lengths cache an earlier run left: lengths that lie (the totals kept), a bit
+    flipped or a file cut short anywhere in it."""
+    files = sorted(os.path.join(root, name) for root, _, names in os.walk(cache) for name in names)
+    if kind == "cache lengths":
+        docs = [f for f in files if f.endswith("-docs.npy")]
+        swap_two_lengths(docs[a % len(docs)])
+        return
+    path = files[a % len(files)]
+    if kind == "cache cut":
+        cut_short(path, fraction)
+    elif os.path.getsize(path):
+        with open(path, "r+b") as f:
+            f.seek(int(os.path.getsize(path) * fraction))
+            byte = f.read(1)[0]
+            f.seek(int(os.path.getsize(path) * fraction))
+            f.write(bytes([byte ^ (1 << b % 8)]))
 
 
 def damage(data_dir: str, foreign_dir: str, kind: str, a: int, b: int, fraction: float) -> None:
@@ -206,15 +254,26 @@ def damage(data_dir: str, foreign_dir: str, kind: str, a: int, b: int, fraction:
         parent[path[-1]] = _edited(parent[path[-1]], b)
         with open(manifest_path, "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
+    elif kind == "consistent edit":  # the manifest still agrees with itself
+        edit_consistently(data_dir, a % len(SHARDS), COUNTS[b % 4], (-1, 1, 7)[b // 4 % 3])
     elif kind == "cut manifest":
         cut_short(manifest_path, fraction)
     elif kind == "foreign manifest":
         shutil.copyfile(os.path.join(foreign_dir, formats.MANIFEST_NAME), manifest_path)
 
 
+FILE_DAMAGE = ("delete", "truncate", "swap", "flip")
+CACHE_DAMAGE = ("cache lengths", "cache flip", "cache cut")
 DAMAGE = st.tuples(
     st.sampled_from(
-        ["delete", "truncate", "swap", "flip", "edit", "cut manifest", "foreign manifest"]
+        [
+            *FILE_DAMAGE,
+            "edit",
+            "consistent edit",
+            "cut manifest",
+            "foreign manifest",
+            *CACHE_DAMAGE,
+        ]
     ),
     st.integers(0, 10**6),
     st.integers(0, 10**6),
@@ -223,26 +282,44 @@ DAMAGE = st.tuples(
 
 
 @settings(
-    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
 )
-@given(damaged=DAMAGE, warm=st.booleans())
-def test_random_damage_ends_in_one_line_or_in_the_intact_output(pristine, damaged, warm):
+@given(damaged=DAMAGE, warm=st.booleans(), packing=st.sampled_from(PACKINGS))
+# Every run tries the damage that was once silent: a train shard's documents raised with its
+# totals (readers refused, `verify` passed), and lengths that lie in an entry (other rows).
+@example(damaged=("consistent edit", 0, 1, 0.0), warm=False, packing="concat")
+@example(damaged=("cache lengths", 0, 0, 0.0), warm=True, packing="document")
+def test_random_damage_ends_in_one_line_or_in_the_intact_output(pristine, damaged, warm, packing):
+    """No damage changes a batch silently, a damaged cache is rebuilt (never refused), and `verify`
+    refuses every directory a reader refuses."""
+    kind = damaged[0]
     previous = os.environ[CACHE_ENV]
     with tempfile.TemporaryDirectory() as scratch:
-        os.environ[CACHE_ENV] = os.path.join(scratch, "cache")
+        cache = os.environ[CACHE_ENV] = os.path.join(scratch, "cache")
         try:
             data = os.path.join(scratch, "data")
             shutil.copytree(pristine["data"], data)
-            if warm:  # the cache made from the intact files, as an earlier run leaves it
-                assert batches(data, os.path.join(scratch, "warm.npz"), "epoch")[0].status == 0
-            damage(data, pristine["foreign"], *damaged)
+            if warm or kind in CACHE_DAMAGE:  # the cache made from the intact files, as an
+                # earlier run leaves it
+                warmed = batches(
+                    data, os.path.join(scratch, "w.npz"), "epoch", "--packing", packing
+                )
+                assert warmed[0].status == 0
+            if kind in CACHE_DAMAGE:
+                damage_cache(cache, *damaged)
+            else:
+                damage(data, pristine["foreign"], *damaged)
 
-            outcome, arrays = batches(data, os.path.join(scratch, "b.npz"), "epoch")
-            event(f"{damaged[0]}: batches {'refused' if outcome.status else 'intact'}")
+            outcome, arrays = batches(
+                data, os.path.join(scratch, "b.npz"), "epoch", "--packing", packing
+            )
+            event(f"{kind}: batches {'refused' if outcome.status else 'intact'}")
             if outcome.status == 0:
-                assert arrays.keys() == pristine["batches"].keys()
-                for name, expected in pristine["batches"].items():
-                    np.testing.assert_array_equal(arrays[name], expected, err_msg=name)
+                assert "Traceback" not in outcome.err
+                expected = pristine["batches"][packing]
+                assert arrays.keys() == expected.keys()
+                for name, values in expected.items():
+                    np.testing.assert_array_equal(arrays[name], values, err_msg=name)
             else:
                 assert outcome.error.startswith("batches: error:")
             shown = inspect(data)
@@ -253,7 +330,9 @@ def test_random_damage_ends_in_one_line_or_in_the_intact_output(pristine, damage
             checked = verify(data)
             if checked.status:
                 assert checked.error.startswith("verify:")
-            if damaged[0] in ("delete", "truncate", "swap", "flip"):
+            if kind in FILE_DAMAGE or outcome.status or shown.status:
                 assert checked.status == 1
+            if kind in CACHE_DAMAGE:
+                assert outcome.status == shown.status == checked.status == 0
         finally:
             os.environ[CACHE_ENV] = previous

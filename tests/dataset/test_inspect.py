@@ -18,6 +18,7 @@ from pipeline.dataset.manifest_io import read_manifest
 from pipeline.tokenization import load_tokenizer
 from schemas import formats
 from support.corpora import write_jsonl
+from support.damage import run, verify
 from support.runs import REPO, run_command, run_prepare
 from support.tokenizer_files import train_bpe, write_tiktoken_spec
 from train.run_tokenizer import RunTokenizer, load_run_tokenizer, write_run_tokenizer
@@ -115,6 +116,32 @@ def test_a_tiktoken_spec_file_is_kept_with_its_rank_file(bpe, tmp_path):
     shown = _cli("inspect", out, "--documents", "2")
     assert shown.returncode == 0, shown.stderr
     assert sorted(docs) == sorted(_shown(shown.stdout))
+
+
+@pytest.mark.integration
+def test_verify_names_a_tokenizer_file_flipped_or_deleted_as_inspect_refuses_it(bpe, tmp_path):
+    spec = write_tiktoken_spec(bpe, str(tmp_path / "spec"))
+    out = str(tmp_path / "out")
+    run_prepare(
+        [write_jsonl(str(tmp_path / "d.jsonl"), ["the cat", "a mat"])], out, "--tokenizer", spec
+    )
+    assert verify(out).status == 0
+    ranks = os.path.join(out, formats.TOKENIZER_COPY_DIR, "trained.tiktoken")
+    with open(ranks, "rb") as f:
+        held = f.read()
+    flipped = bytearray(held)
+    flipped[len(held) // 2] ^= 1
+    for damaged in (bytes(flipped), None):
+        if damaged is None:
+            os.remove(ranks)
+        else:
+            with open(ranks, "wb") as f:
+                f.write(damaged)
+        load_tokenizer.cache_clear()
+        checked, shown = verify(out), run("inspect", [out])
+        assert checked.status == shown.status == 1
+        assert "tokenizer/trained.tiktoken" in checked.error
+        assert "tokenizer/trained.tiktoken" in shown.error
 
 
 @pytest.mark.integration

@@ -17,7 +17,17 @@ import pytest
 from pipeline.load import lengths
 from pipeline.load.lengths import CACHE_ENV
 from schemas import formats
-from support.damage import batches, copy_over, inspect, lengths_report, restore, small_stories, swap
+from support.damage import (
+    batches,
+    copy_over,
+    edit_consistently,
+    inspect,
+    lengths_report,
+    restore,
+    small_stories,
+    swap,
+    swap_two_lengths,
+)
 from support.runs import TINY_MODEL, run_command
 
 # Each test prepares, copies and reads directories through the commands.
@@ -150,18 +160,26 @@ def test_an_entry_that_does_not_add_up_is_scanned_again(
     )
 
 
+def test_an_entry_whose_lengths_lie_is_rebuilt_saying_so(stories_copy, tmp_path):
+    """Two lengths swapped, the totals unchanged: document packing would place documents where
+    they are not (a row starting mid-document, an end-of-text id inside a segment)."""
+    args = ("--packing", "document")
+    expected = batches(stories_copy, str(tmp_path / "first.npz"), "epoch", *args)[1]
+    entries = sorted(glob.glob(os.path.join(lengths.cache_dir(), "*", "*-docs.npy")))
+    swap_two_lengths(entries[0])
+
+    outcome, arrays = batches(stories_copy, str(tmp_path / "again.npz"), "epoch", *args)
+    assert_same_batches(expected, arrays)
+    notes = outcome.err.splitlines()
+    assert len(notes) == 1 and "does not match the digest written with it" in notes[0]
+    assert entries[0] in notes[0] and "rebuilding the entry from" in notes[0]
+    assert batches(stories_copy, str(tmp_path / "rebuilt.npz"), "epoch", *args)[0].err == ""
+
+
 def test_a_manifest_whose_counts_are_not_its_shards_is_refused_naming_the_shard(
     stories_copy, tmp_path
 ):
-    path = os.path.join(stories_copy, formats.MANIFEST_NAME)
-    with open(path) as f:
-        manifest = json.load(f)
-    shard = manifest["shards"][3]
-    shard["documents"] += 1
-    manifest["totals"]["train"]["documents"] += 1  # the totals add up: only the shard tells
-    manifest["inputs"][0]["documents"] += 1
-    with open(path, "w") as f:
-        json.dump(manifest, f)
+    shard = edit_consistently(stories_copy, 3, "documents", 1)  # the totals add up too
 
     for _ in range(2):  # a cold cache, then a warm one
         outcome, _ = batches(stories_copy, str(tmp_path / "edited.npz"))
@@ -177,7 +195,7 @@ def test_the_cache_key_holds_what_the_entry_was_built_from(stories_copy):
         manifest = json.load(f)
     inspect(stories_copy)
     entries = sorted(os.listdir(lengths.cache_dir()))
-    assert entries == [f"v3-eot{manifest['tokenizer']['eot_id']}-{manifest['dtype']}"]
+    assert entries == [f"v4-eot{manifest['tokenizer']['eot_id']}-{manifest['dtype']}"]
     kept = {
         name.split("-")[0] for name in os.listdir(os.path.join(lengths.cache_dir(), entries[0]))
     }

@@ -126,8 +126,9 @@ def test_verify_names_bad_and_missing_shards(stories, tmp_path):
     os.remove(os.path.join(out, second))
     result = _cli("verify", out)
     assert result.returncode == 1
-    assert f"wrong sha256: {first}" in result.stdout
+    assert f"damaged: {first} does not hold the bytes its manifest names" in result.stdout
     assert f"missing: {second}" in result.stdout
+    assert f"{first}, {second};" in result.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.integration

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import shutil
 
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from pipeline.load.lengths import CACHE_ENV
+from schemas import formats
 from support.runs import run_command, run_prepare
 
 
@@ -122,3 +124,30 @@ def copy_over(source: str, target: str) -> bytes:
 def restore(target: str, held: bytes) -> None:
     with open(target, "wb") as f:
         f.write(held)
+
+
+def edit_consistently(data_dir: str, shard: int, field: str, delta: int) -> dict:
+    """Changes a count of the manifest's `shard`-th entry and the totals that sum it (its split's,
+    and the first input's where inputs count it), so that the manifest still agrees with itself and
+    only the shard, read, tells; returns the edited entry."""
+    path = os.path.join(data_dir, formats.MANIFEST_NAME)
+    with open(path) as f:
+        manifest = json.load(f)
+    entry = manifest["shards"][shard]
+    entry[field] += delta
+    manifest["totals"][entry["split"]][field] += delta
+    inputs = manifest["inputs"]
+    if inputs and inputs[0].get(field) is not None:
+        inputs[0][field] += delta
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+    return entry
+
+
+def swap_two_lengths(docs_file: str) -> None:
+    """Two neighbouring documents of other lengths exchanged in a lengths cache entry
+    (`SHA256-docs.npy`), the totals unchanged, as a lying entry would hold them."""
+    docs = np.load(docs_file)
+    at = int(np.flatnonzero(docs[:-1] != docs[1:])[0])
+    docs[[at, at + 1]] = docs[[at + 1, at]]
+    np.save(docs_file, docs)
