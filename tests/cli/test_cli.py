@@ -68,12 +68,13 @@ def test_train_help_names_the_sample_command(capsys):
     assert "tokshards sample --workdir" in capsys.readouterr().out
 
 
-def test_an_unknown_command_is_refused_with_the_list(capsys):
-    with pytest.raises(SystemExit) as exit:
-        cli.main(["tokenize"])
-    assert exit.value.code == 2
+def test_an_unknown_command_is_refused_in_one_line_with_the_list_and_the_nearest(capsys):
+    assert cli.main(["tokenize"]) == 2
     err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("tokshards: error: ")
     assert "invalid choice: 'tokenize'" in err and "'prepare'" in err and "'sample'" in err
+    assert cli.main(["trian"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean 'train'?")
 
 
 @dataclasses.dataclass(frozen=True)
