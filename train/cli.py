@@ -73,27 +73,29 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     return p
 
 
-def sample_parser(prog: str = "tokshards sample") -> argparse.ArgumentParser:
+@dataclasses.dataclass(frozen=True)
+class SampleOptions:
+    """`tokshards sample`'s options; none is saved."""
+
+    workdir: str | None = setting(
+        None, "a training run's workdir (tokshards train --workdir)", required=True
+    )
+    prompt: str = setting("Once upon a time", "the text to continue")
+    max_tokens: int = setting(100, "tokens to generate", minimum=1)
+    seed: int = setting(0, "seeds the sampling", minimum=0, below=2**63)
+    top_k: int = setting(40, "sample among the k likeliest tokens; 0 for all", minimum=0)
+    temperature: float = setting(
+        0.8, "divides the logits; lower is more conservative, 0 the likeliest token", minimum=0
+    )
+
+
+def sample_parser(prog: str = "tokshards sample") -> CommandParser:
     p = CommandParser(
         prog=prog,
         description="Continue a prompt with a run's latest checkpoint.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument(
-        "--workdir", required=True, help="a training run's workdir (tokshards train --workdir)"
-    )
-    p.add_argument("--prompt", default="Once upon a time", help="the text to continue")
-    p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate")
-    p.add_argument("--seed", type=int, default=0, help="seeds the sampling")
-    p.add_argument(
-        "--top-k", type=int, default=40, help="sample among the k likeliest tokens; 0 for all"
-    )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=0.8,
-        help="divides the logits; lower is more conservative",
-    )
+    add_settings(p, SampleOptions)
     return p
 
 
@@ -135,7 +137,9 @@ def _note(text: str) -> None:
 
 def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
     args = sample_parser(prog).parse_args(argv)
-    from train.sample import sample
+    check_values(SampleOptions, vars(args))  # before JAX loads
+    with interrupts.deferred():
+        from train.sample import sample
 
     print(
         sample(

@@ -8,6 +8,8 @@ import ast
 import importlib
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -236,7 +238,45 @@ RANGES = [
     ("train", ["--decay-steps", "0"], "--decay-steps must be at least 1, got 0"),
     ("train", ["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
     ("train", ["--vocab-size", "0"], "--vocab-size must be at least 1, got 0"),
+    ("sample", ["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+    ("sample", ["--temperature", "-1"], "--temperature must be at least 0, got -1.0"),
+    ("sample", ["--top-k", "-1"], "--top-k must be at least 0, got -1"),
 ]
+
+
+# A bad value is refused before the run loads what it needs: no JAX, Flax, Orbax or Beam.
+HEAVY = ("jax", "flax", "orbax", "apache_beam", "grain")
+_LOADED_BY_A_REFUSAL = """
+import sys
+from pipeline.cli.commands import run_command
+status = run_command(sys.argv[1], sys.argv[2:], sys.argv[1])
+print(status, *sorted(name for name in {heavy} if name in sys.modules))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("train", ["--data", "data", "--workdir", "run", "--steps", "0"]),
+        ("train", ["--data", "data", "--workdir", "run", "--learning-rate", "-1e-3"]),
+        ("prepare", ["--input", "in.txt", "--output", "out", "--unit-bytes", "0"]),
+        ("prepare", ["--input", "in.txt", "--output", "out", "--filter-impl", "bogus"]),
+        ("sample", ["--workdir", "run", "--max-tokens", "0"]),
+    ],
+)
+def test_a_bad_value_is_refused_before_the_heavy_imports(command, flags, tmp_path):
+    script = _LOADED_BY_A_REFUSAL.format(heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", script, command, *flags],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.split() == ["2"], result.stdout + result.stderr
+    assert result.stderr.startswith(f"{command}: error: ")
 
 
 @pytest.mark.parametrize("command, flags, message", FLAG_ERRORS + RANGES)
