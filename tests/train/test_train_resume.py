@@ -224,9 +224,11 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
             json.dump(state, f)
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "4")
     assert code == 1
+    # After the resume's note on the schedule, on stderr with it.
     lines = err.strip().splitlines()
+    assert lines[0].startswith("train: --steps 4: the learning-rate schedule keeps"), err
     assert (
-        len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0]
+        len(lines) == 2 and lines[1].startswith("train: error: ") and "loader version 1" in lines[1]
     ), err
     assert len(_train_rows(workdir)) == 2
 
