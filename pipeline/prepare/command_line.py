@@ -110,6 +110,8 @@ def settings(args: argparse.Namespace) -> PrepareConfig:
 
 
 def main(argv: list[str], prog: str = "tokshards prepare") -> int:
+    """The command: a bad flag or setting refused before Beam loads, then the run, which reads the
+    same arguments again (milliseconds) as `launcher.run(argv)` does when called as a library."""
     settings(read(argv, prog)[0])
     with interrupts.deferred():
         import_beam_quietly()
