@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
 from schemas.errors import SettingError
 
 DATA = "data"
@@ -49,6 +47,8 @@ class GPTConfig:
 
     @property
     def compute_dtype(self):
+        import jax.numpy as jnp  # here: the trainer's flags are checked before JAX loads
+
         return jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
 
     def num_params(self) -> int:

@@ -14,6 +14,7 @@ import random
 import sys
 from collections.abc import Iterator
 
+from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 from schemas.errors import RunError, SettingError
@@ -108,7 +109,7 @@ def write_corpus(path: str, num_stories: int, seed: int = 0) -> None:
 
 
 def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog=prog,
         description="Write the embedded TinyStories-style corpus.",
         formatter_class=HelpFormatter,

@@ -13,13 +13,22 @@ Standard library only: both sides of the data path import it.
 
 from __future__ import annotations
 
+import difflib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 USAGE_STATUS = 2
 RUN_STATUS = 1
 INTERRUPTED_STATUS = 130
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate nearest to a misspelt `word` (a flag, a config key, a choice), for a "did you
+    mean" hint; None where none is near. Every typo path of the project asks here, so that each one
+    suggests alike."""
+    near = difflib.get_close_matches(word, list(candidates), n=1)
+    return near[0] if near else None
 
 
 class UserError(Exception):

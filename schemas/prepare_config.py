@@ -74,7 +74,7 @@ class PrepareConfig:
         minimum=0,
         below=1,
     )
-    seed: int = setting(0, "salts the split hash and unit shuffles")
+    seed: int = setting(0, "salts the split hash and unit shuffles", minimum=0, below=2**63)
     unit_bytes: int = setting(DEFAULT_UNIT_BYTES, "target input bytes per unit", minimum=4096)
     record_tokens: int = setting(
         DEFAULT_RECORD_TOKENS,

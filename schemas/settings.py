@@ -32,12 +32,14 @@ Standard library only: both sides of the data path import it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from schemas.errors import SettingError
+from schemas.errors import SettingError, closest
 
 _KEY = "tokshards.setting"
 _NONE = object()  # no `older` value declared
@@ -50,9 +52,10 @@ class Setting:
     `flag`: its option (default: `--` and the field's name with dashes). `parse`: reads the flag's
     text (default: the field's type); `repeat`: the flag is given once per value, collected in a
     list. `unset`: what leaving it out does, where the default alone does not say (shown in
-    --help; `{default}` stands for the default). `choices`, `minimum` (inclusive) and `below`
-    (exclusive maximum) bound the value, or each item or key of a collection. `bare`: the value of
-    the flag given alone, without one (`--remat` is `--remat full`). `since`: the manifest
+    --help; `{default}` stands for the default). `choices`, `minimum` (inclusive), `above`
+    (exclusive minimum) and `below` (exclusive maximum) bound the value, or each item or key of a
+    collection; a float must be finite. `bare`: the value of the flag given alone, without one
+    (`--remat` is `--remat full`; `remat = true` in a config file). `since`: the manifest
     version that added it, so older manifests may lack it. `saved_as`: where the value lands in the
     saved config when not under its own name (`model.num_layers`). `launch`: why a launch option is
     not part of the saved config. `older`: the value a saved config that lacks the setting (saved
@@ -71,6 +74,7 @@ class Setting:
     unset: str | None = None
     choices: tuple | None = None
     minimum: int | float | None = None
+    above: int | float | None = None
     below: int | float | None = None
     bare: Any = None
     since: int | None = None
@@ -159,8 +163,14 @@ def identity(instance: Any) -> dict[str, Any]:
 def check(instance: Any) -> None:
     """Refuses a value outside what its setting declares: the first check of a settings class's
     `__post_init__`. None passes (a setting left to its rule)."""
-    for field, s in declared(type(instance)):
-        value = getattr(instance, field.name)
+    check_values(type(instance), vars(instance))
+
+
+def check_values(cls: type, values: Mapping[str, Any]) -> None:
+    """`check` of the settings of `cls` that `values` holds (by name), before an instance can be
+    made: a command refuses a given value so before it loads what the run needs."""
+    for field, s in declared(cls):
+        value = values.get(field.name)
         if value is None:
             continue
         if isinstance(value, Mapping):
@@ -169,22 +179,41 @@ def check(instance: Any) -> None:
             items, said = list(value), "each be one of"
         else:
             items, said = [value], "be one of"
-        if s.choices is not None and any(item not in s.choices for item in items):
-            raise SettingError(field.name, value, f"must {said} {s.choices}")
+        wrong = [item for item in items if s.choices is not None and item not in s.choices]
+        if wrong:
+            near = closest(wrong[0], s.choices) if isinstance(wrong[0], str) else None
+            hint = f" ({wrong[0]!r}: did you mean {near!r}?)" if near else ""
+            raise SettingError(field.name, value, f"must {said} {s.choices}{hint}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingError(field.name, value, "must be finite")
         if not isinstance(value, (list, tuple, Mapping)) and not _within(value, s):
             raise SettingError(field.name, value, f"must be {_bounds(s)}")
 
 
 def _within(value: Any, s: Setting) -> bool:
-    return (s.minimum is None or value >= s.minimum) and (s.below is None or value < s.below)
+    return (
+        (s.minimum is None or value >= s.minimum)
+        and (s.above is None or value > s.above)
+        and (s.below is None or value < s.below)
+    )
 
 
 def _bounds(s: Setting) -> str:
+    below = _shown(s.below)
     if s.below is None:
-        return f"at least {s.minimum}"
-    if s.minimum is None:
-        return f"below {s.below}"
-    return f"in [{s.minimum}, {s.below})"
+        if s.above is None:
+            return f"at least {s.minimum}"
+        return "positive" if s.above == 0 else f"above {s.above}"
+    if s.minimum is None and s.above is None:
+        return f"below {below}"
+    return f"in [{s.minimum}, {below})" if s.above is None else f"in ({s.above}, {below})"
+
+
+def _shown(limit: int | float | None) -> str:
+    """A limit as a reader takes it in: a large power of two as one (`2**63`)."""
+    if isinstance(limit, int) and limit > 2**32 and limit & (limit - 1) == 0:
+        return f"2**{limit.bit_length() - 1}"
+    return str(limit)
 
 
 def json_schema(cls: type, *, oldest_version: int) -> dict[str, Any]:
@@ -233,11 +262,19 @@ def _schema(annotation: Any, s: Setting) -> dict[str, Any]:
     schema = {"type": [kind, "null"] if nullable else kind}
     if s.minimum is not None:
         schema["minimum"] = s.minimum
+    if s.above is not None:
+        schema["exclusiveMinimum"] = s.above
     if s.below is not None:
         schema["exclusiveMaximum"] = s.below
     return schema
 
 
 def comma_list(text: str) -> list[str]:
-    """`a,b,c` -> ['a', 'b', 'c'], empty items dropped: a flag that takes a list in one argument."""
-    return [item for item in text.split(",") if item]
+    """`a,b,c` -> ['a', 'b', 'c'], empty items dropped: a flag that takes a list in one argument. A
+    list of nothing (`--filter ''`) is refused: leaving the flag out says that."""
+    items = [item for item in text.split(",") if item]
+    if not items:
+        raise argparse.ArgumentTypeError(
+            f"names nothing (got {text!r}); leave the flag out for none"
+        )
+    return items

@@ -27,10 +27,14 @@ from etils import epath
 from flax import nnx
 
 from model.gpt import GPT
+from pipeline.cli import interrupts
 from train.errors import TrainError
 from train.stopping import CheckpointError
 
 CHECKPOINT_DIR = "checkpoints"
+# Where Orbax writes a step's checkpoint until it is whole: `8.orbax-checkpoint-tmp`, or with a
+# timestamp after it on some filesystems.
+_TEMPORARY = ".orbax-checkpoint-tmp"
 
 
 def in_background() -> bool:
@@ -156,7 +160,10 @@ class Checkpointer:
     A save that fails raises `CheckpointError` in the loop, at once where the step's directory
     cannot be made (Orbax makes it before `save` returns, not in the background, where a failure
     left the save waiting 300 s for a signal that never came), or at the first `check` after the
-    background write failed.
+    background write failed; its temporary directory is removed, so a full disk gets its space
+    back. A Ctrl-C while a save is started or waited for is held until the save is whole: one
+    interrupted inside Orbax leaves its temporary directory, and Orbax's threads writing into a
+    closed pool.
     """
 
     def __init__(self, workdir: str, *, every: int, keep: int, background: bool | None = None):
@@ -211,12 +218,31 @@ class Checkpointer:
         """Waits for the save in flight; its failure is a `CheckpointError`."""
         step, self._unchecked = self._unchecked, None
         try:
-            self._manager.wait_until_finished()
+            with interrupts.deferred():
+                self._manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001 (whatever the store raised: OSError, TensorStore's ValueError)
             if step is None:
                 raise
-            self._failed = True
-            raise CheckpointError(step, self.directory, e) from None
+            raise self._failure(step, e) from None
+
+    def _failure(self, step: int, error: BaseException) -> CheckpointError:
+        """The error of the failed save of `step`, once its temporary directory is removed (by
+        process 0: the directory is every process's)."""
+        self._failed = True
+        partial = (
+            list(epath.Path(self.directory).glob(f"{step}{_TEMPORARY}*"))
+            if jax.process_index() == 0
+            else []
+        )
+        left = []
+        for path in partial:
+            try:
+                path.rmtree()
+            except OSError:
+                left.append(str(path))
+        return CheckpointError(
+            step, self.directory, error, removed=len(partial) > len(left), left=left
+        )
 
     def due(self, step: int, *, last: int) -> bool:
         return step % self.every == 0 or step == last
@@ -236,10 +262,10 @@ class Checkpointer:
             "feed": ocp.args.JsonSave(feed),
         }
         try:
-            self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+            with interrupts.deferred():
+                self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         except Exception as e:  # noqa: BLE001 (the step's directory could not be made, or the copy failed)
-            self._failed = True
-            raise CheckpointError(step, self.directory, e) from None
+            raise self._failure(step, e) from None
         self.saved = self._unchecked = step
         if not self.background:
             self._finish()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from pipeline.cli import config_file, interrupts
-from pipeline.cli.arguments import add_settings
+from pipeline.cli.arguments import CommandParser, add_settings
 from pipeline.cli.commands import HelpFormatter
-from schemas.settings import setting
+from schemas.settings import check_values, setting
 from train.config import TrainConfig
 from train.errors import TrainError
 from train.settings import FLAGS, ModelFlags
@@ -49,7 +50,7 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     """Settings default to None, so that a resume can tell the flags given (on the command line or
     in --config) from those left out (taken from the saved run); each help says what leaving it out
     does in a new run."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog=prog,
         description="Train a GPT on a prepared directory. In a workdir that holds a run, settings "
         "not\ngiven are the saved run's, and given ones must match it (except --steps, "
@@ -72,27 +73,29 @@ def parser(prog: str = "tokshards train") -> argparse.ArgumentParser:
     return p
 
 
-def sample_parser(prog: str = "tokshards sample") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+@dataclasses.dataclass(frozen=True)
+class SampleOptions:
+    """`tokshards sample`'s options; none is saved."""
+
+    workdir: str | None = setting(
+        None, "a training run's workdir (tokshards train --workdir)", required=True
+    )
+    prompt: str = setting("Once upon a time", "the text to continue")
+    max_tokens: int = setting(100, "tokens to generate", minimum=1)
+    seed: int = setting(0, "seeds the sampling", minimum=0, below=2**63)
+    top_k: int = setting(40, "sample among the k likeliest tokens; 0 for all", minimum=0)
+    temperature: float = setting(
+        0.8, "divides the logits; lower is more conservative, 0 the likeliest token", minimum=0
+    )
+
+
+def sample_parser(prog: str = "tokshards sample") -> CommandParser:
+    p = CommandParser(
         prog=prog,
         description="Continue a prompt with a run's latest checkpoint.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument(
-        "--workdir", required=True, help="a training run's workdir (tokshards train --workdir)"
-    )
-    p.add_argument("--prompt", default="Once upon a time", help="the text to continue")
-    p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate")
-    p.add_argument("--seed", type=int, default=0, help="seeds the sampling")
-    p.add_argument(
-        "--top-k", type=int, default=40, help="sample among the k likeliest tokens; 0 for all"
-    )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=0.8,
-        help="divides the logits; lower is more conservative",
-    )
+    add_settings(p, SampleOptions)
     return p
 
 
@@ -108,7 +111,7 @@ def _config(args: argparse.Namespace):
     from train.settings import resolve
 
     def settle():
-        given = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
+        given = _given(args)
         given["workdir"] = os.path.abspath(args.workdir)
         if "data" in given:
             given["data"] = tuple(
@@ -122,9 +125,21 @@ def _config(args: argparse.Namespace):
     return agreed(settle)
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given, on the command line or in --config, by name."""
+    return {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
+
+
+def _note(text: str) -> None:
+    """A line about the run, on stderr with its progress lines: stdout holds what was asked for."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
     args = sample_parser(prog).parse_args(argv)
-    from train.sample import sample
+    check_values(SampleOptions, vars(args))  # before JAX loads
+    with interrupts.deferred():
+        from train.sample import sample
 
     print(
         sample(
@@ -142,6 +157,10 @@ def sample_main(argv: list[str], prog: str = "tokshards sample") -> int:
 def main(argv: list[str], prog: str = "tokshards train") -> int:
     record_preemption()  # SIGTERM: save and stop (train/stopping.py)
     args, _ = config_file.parse(lambda: parser(prog), argv)
+    # A value out of its declared range is refused now, in a fraction of a second, not after JAX,
+    # Flax and Orbax have loaded (seconds, a minute on a loaded machine).
+    for declared in (TrainConfig, ModelFlags):
+        check_values(declared, _given(args))
     with interrupts.deferred():
         import jax
 
@@ -155,30 +174,31 @@ def main(argv: list[str], prog: str = "tokshards train") -> int:
         config, notes = _config(args)
         if jax.process_index() == 0:
             for note in notes:
-                print(f"train: {note}", flush=True)
+                _note(f"train: {note}")
         result = train(config)
     except OSError as e:  # the workdir cannot be written
         raise TrainError(f"{e.strerror}: {e.filename}" if e.filename else str(e)) from None
-    print(f"process {result['process_index']} params sha256 {result['params_sha256']}")
+    if jax.process_count() > 1:  # what the processes' logs are compared by
+        _note(f"process {result['process_index']} params sha256 {result['params_sha256']}")
     if result.get("already") and result["process_index"] == 0:
         past = (
             f", past --steps {config.steps}"
             if result["step"] > config.steps
             else f" of {config.steps}"
         )
-        print(
+        _note(
             f"train: already at step {result['step']}{past}; nothing to train "
             "(--steps sets a later end)"
         )
     if "profile" in result:
-        print(f"profile: {result['profile']} (TensorBoard's profile plugin, XProf or Perfetto)")
+        _note(f"profile: {result['profile']} (TensorBoard's profile plugin, XProf or Perfetto)")
     if "tensorboard" in result:
-        print(f"tensorboard: tensorboard --logdir {result['tensorboard']}")
+        _note(f"tensorboard: tensorboard --logdir {result['tensorboard']}")
     if "plot" in result:
-        print(
+        _note(
             f"final loss {result.get('loss', float('nan')):.4f}"
             + (f", eval loss {result['eval_loss']:.4f}" if "eval_loss" in result else "")
         )
-        print(f"loss curve: {result['plot']}")
-        print(f"checkpoints: {result['checkpoint_dir']}")
+        _note(f"loss curve: {result['plot']}")
+        _note(f"checkpoints: {result['checkpoint_dir']}")
     return 0

@@ -30,6 +30,7 @@ class ModelFlags:
         None,
         "override the preset's width (free sizes); the MLP is 4x wide",
         unset="the preset's",
+        minimum=1,
         saved_as="model.width",
     )
     num_layers: int | None = setting(
@@ -37,6 +38,7 @@ class ModelFlags:
         "override the preset's layer count",
         flag="--layers",
         unset="the preset's",
+        minimum=1,
         saved_as="model.num_layers",
     )
     num_heads: int | None = setting(
@@ -44,15 +46,17 @@ class ModelFlags:
         "override the preset's head count",
         flag="--heads",
         unset="the preset's",
+        minimum=1,
         saved_as="model.num_heads",
     )
     dropout: float | None = setting(
-        None, "dropout rate", unset="the preset's", saved_as="model.dropout"
+        None, "dropout rate", unset="the preset's", minimum=0, below=1, saved_as="model.dropout"
     )
     vocab_size: int | None = setting(
         None,
         "the model's vocabulary, padded to a multiple of 128",
         unset="the data's; never smaller",
+        minimum=1,
         saved_as="model.vocab_size",
     )
     bf16: bool = setting(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
+from collections.abc import Sequence
 
 from pipeline.cli import interrupts
 from schemas.errors import RunError, UserError
@@ -40,11 +41,26 @@ class Diverged(RunError):
 
 
 class CheckpointError(RunError):
-    """A checkpoint could not be written: the run stops; the checkpoints before it are whole."""
+    """A checkpoint could not be written: the run stops; the checkpoints before it are whole. What
+    the failed save wrote is `removed` (its space given back, which the line says: on a full disk
+    it is what the user is short of); `left` names what could not be."""
 
-    def __init__(self, step: int | None, directory: str, error: BaseException):
+    def __init__(
+        self,
+        step: int | None,
+        directory: str,
+        error: BaseException,
+        *,
+        removed: bool = False,
+        left: Sequence[str] = (),
+    ):
         what = "checkpoints" if step is None else f"the checkpoint of step {step}"
-        super().__init__(f"cannot write {what} to {directory}: {_reason(error)}")
+        after = ""
+        if left:
+            after = f"; its partial files are left in {', '.join(left)}"
+        elif removed:
+            after = "; its partial files are removed, their space given back"
+        super().__init__(f"cannot write {what} to {directory}: {_reason(error)}{after}")
 
 
 def _reason(error: BaseException) -> str:

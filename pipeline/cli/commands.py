@@ -24,6 +24,7 @@ from collections.abc import Callable
 from importlib import metadata
 
 from pipeline.cli import interrupts
+from pipeline.cli.arguments import CommandParser, FlagError
 from schemas.errors import INTERRUPTED_STATUS, SettingError, UserError
 
 
@@ -55,7 +56,7 @@ class Command:
 
 COMMANDS = {
     "prepare": Command(
-        "tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.launcher"
+        "tokenize corpora into ArrayRecord shards, resumably", "pipeline.prepare.command_line"
     ),
     "verify": Command(
         "check every file of a prepared directory as its readers do",
@@ -82,15 +83,15 @@ COMMANDS = {
         extra="train",
     ),
 }
-# Commands that import Beam.
-_BEAM = ("prepare", "verify", "inspect")
+# Commands that import Beam as they load (`prepare` loads it itself, once its settings stand).
+_BEAM = ("verify", "inspect")
 _OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 
 def parser(prog: str = "tokshards") -> argparse.ArgumentParser:
     """The top-level parser, for its help and errors; a command's own arguments go to its own
     parser."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog=prog,
         description="Streaming tokenization to deterministic ArrayRecord shards, a Grain loader "
         f"and a Flax NNX GPT trainer. `{prog} COMMAND --help` describes a command.",
@@ -112,7 +113,11 @@ def _version() -> str:
 def main(argv: list[str] | None = None, prog: str = "tokshards") -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
-        parser(prog).parse_args(argv)  # prints the help, the version or the error, and exits
+        try:
+            parser(prog).parse_args(argv)  # prints the help or the version, and exits
+        except FlagError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return e.exit_status
     return run_command(argv[0], argv[1:], f"{prog} {argv[0]}")
 
 
@@ -123,7 +128,7 @@ def run_command(name: str, argv: list[str], prog: str) -> int:
     try:
         with interrupts.deferred():
             if name in _BEAM:
-                _import_beam_quietly()
+                import_beam_quietly()
             command = COMMANDS[name].function(COMMANDS[name].main)
         status = command(argv, prog)
         interrupts.settle()
@@ -178,7 +183,7 @@ def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
     }
 
 
-def _import_beam_quietly() -> None:
+def import_beam_quietly() -> None:
     """Without Beam's gcp extra, importing Beam warns on the root logger that BigQuery's clients are
     missing; no command here uses them, so the warning is held back for the import alone."""
     root = logging.getLogger()

@@ -2,7 +2,8 @@
 
 A key is a flag's name, with dashes or underscores (`--unit-bytes` is `unit-bytes` or
 `unit_bytes`, `--layers` is `layers`), and takes what the flag takes: the same text or a TOML
-number, `true`/`false` for a switch, a list for a repeatable flag. The file's values go through the
+number, `true`/`false` for a switch (and for a flag that may be given alone, `--remat`: `true` is
+the flag alone, `false` its default), a list for a repeatable flag. The file's values go through the
 flag's own parsing (types, choices), so a run from a file and a run from the same flags resolve to
 the same settings, and save the same config.
 
@@ -13,12 +14,12 @@ are typed as written; YAML 1.1 (PyYAML) reads `1e-3` as a string and `no` or `of
 from __future__ import annotations
 
 import argparse
-import difflib
 import tomllib
 from collections.abc import Callable
 from typing import Any
 
-from schemas.errors import UsageError
+from pipeline.cli.arguments import CommandParser
+from schemas.errors import UsageError, closest
 from schemas.settings import setting
 
 # The option's destination; no key of a file.
@@ -43,7 +44,7 @@ def option(example: str) -> Any:
 
 
 def parse(
-    make_parser: Callable[[], argparse.ArgumentParser], argv: list[str], known: bool = False
+    make_parser: Callable[[], CommandParser], argv: list[str], known: bool = False
 ) -> tuple[argparse.Namespace, list[str]]:
     """`argv` parsed by `make_parser()`, over the values of the file its `--config` names: the
     parser's defaults, then the file's, then the command line's. With `known`, the arguments the
@@ -67,9 +68,10 @@ def parse(
     return args, rest
 
 
-def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+def read(path: str, parser: CommandParser) -> dict[str, Any]:
     """The settings of a config file, by destination, each parsed by its flag; keys are the flags'
-    names, with dashes or underscores."""
+    names, with dashes or underscores, each setting given once (`unit-bytes` and `unit_bytes` in
+    one file would leave the reader to guess which one was meant)."""
     try:
         with open(path, "rb") as f:
             table = tomllib.load(f)
@@ -82,20 +84,24 @@ def read(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
         for a in parser._actions
         if a.option_strings and a.dest not in (CONFIG, "help")
     }
-    values = {}
+    values: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # each flag's name -> the key of the file that gave it
     for key, value in table.items():
         name = key.replace("_", "-")
         if name not in actions:
-            close = difflib.get_close_matches(name, actions, n=1)
-            spelled = [
-                c.replace("-", "_") if "_" in key else c for c in close
-            ]  # as the file spells its keys
+            near = closest(name, actions)
+            spelled = near.replace("-", "_") if near and "_" in key else near  # as the file does
             hint = (
-                f" (did you mean {spelled[0]!r}?)"
-                if close
+                f" (did you mean {spelled!r}?)"
+                if near
                 else f"; the keys are: {', '.join(sorted(actions))}"
             )
             raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
+        if name in keys:
+            raise ConfigFileError(
+                f"{path}: {keys[name]!r} and {key!r} are the same setting; keep one of them"
+            )
+        keys[name] = key
         try:
             given, _ = _given(parser, _tokens(actions[name], value), known=False, raising=True)
         except (argparse.ArgumentError, TypeError) as e:
@@ -115,6 +121,8 @@ def _tokens(action: argparse.Action, value: Any) -> list[str]:
         if isinstance(action, argparse.BooleanOptionalAction):
             return [flag if value else f"--no-{flag.removeprefix('--')}"]
         return [flag] if value == action.const else []
+    if isinstance(value, bool) and hasattr(action, "switched"):  # a flag that may be given alone
+        return [f"{flag}={action.switched[value]}"]
     items = (
         value if isinstance(action, argparse._AppendAction) and isinstance(value, list) else [value]
     )
@@ -124,15 +132,16 @@ def _tokens(action: argparse.Action, value: Any) -> list[str]:
 
 
 def _given(
-    parser: argparse.ArgumentParser, argv: list[str], known: bool, raising: bool = False
+    parser: CommandParser, argv: list[str], known: bool, raising: bool = False
 ) -> tuple[dict[str, Any], list[str]]:
-    """Only the settings that `argv` itself gives: no defaults, nothing required. `raising` turns a
-    bad value into an ArgumentError instead of an exit with the usage line."""
+    """Only the settings that `argv` itself gives: no defaults, nothing required. `raising` leaves a
+    bad value an ArgumentError, for the caller to say where it came from, instead of the parser's
+    own error."""
     for action in parser._actions:
         action.default = argparse.SUPPRESS
         action.required = False
     parser.exit_on_error = not raising
     args, rest = parser.parse_known_args(argv)
     if rest and not known:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        parser.error(parser.unknown(rest))
     return vars(args), rest

@@ -17,12 +17,15 @@ from collections.abc import Iterator
 
 _received = False
 _deferred = False
+_pending = False  # received while deferred: raised as the deferring block ends
 
 
 def _raise(signum: int, frame: object) -> None:
-    global _received
+    global _received, _pending
     _received = True
-    if not _deferred:
+    if _deferred:
+        _pending = True
+    else:
         raise KeyboardInterrupt
 
 
@@ -56,17 +59,19 @@ def received() -> bool:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Around imports of extension modules: an interrupt is only remembered, and raised once the
-    block ends. One raised inside them breaks them in other ways than KeyboardInterrupt: numpy's
-    import turns it into an ImportError, and jaxlib's, raising it through C++ code, aborts the
-    process."""
-    global _deferred
+    """Around imports of extension modules, and work that must not stop half-way (a checkpoint's
+    save): an interrupt is only remembered, and raised once the block ends. One raised inside them
+    breaks them in other ways than KeyboardInterrupt: numpy's import turns it into an ImportError,
+    and jaxlib's, raising it through C++ code, aborts the process. One already raised before the
+    block (a run winding down after Ctrl-C) is not raised again."""
+    global _deferred, _pending
     _deferred = True
     try:
         yield
     finally:
         _deferred = False
-    if _received:
+    if _pending:
+        _pending = False
         raise KeyboardInterrupt
 
 

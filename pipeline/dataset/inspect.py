@@ -13,6 +13,7 @@ import unicodedata
 
 import numpy as np
 
+from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import read_manifest, read_records
@@ -204,7 +205,7 @@ def _first_documents(
 
 
 def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = CommandParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("data_dir", help="a prepared directory (the --output of prepare)")
     p.add_argument(
         "--split", default="train", help="the split whose documents are measured and shown"

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import sys
 
+from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
 from pipeline.dataset.integrity import shard_problems
@@ -90,7 +91,7 @@ def problems(data_dir: str, manifest: Manifest) -> list[Problem]:
 
 
 def parser(prog: str = "tokshards verify") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = CommandParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("data_dir", help="a prepared directory (holds manifest.json)")
     return p
 

@@ -17,6 +17,7 @@ import argparse
 
 import numpy as np
 
+from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.load import PACKINGS, LoaderConfig, LoaderError, make_dataset
 from pipeline.load.data_spec import parse_data_spec
@@ -62,7 +63,7 @@ def realized_mixture(config: LoaderConfig, source_tokens: np.ndarray) -> str:
 
 
 def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
+    p = CommandParser(prog=prog, description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("data", help="a prepared directory (holds manifest.json), or a mixture spec")
     p.add_argument("--split", default="train", help="the split to read")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")

@@ -18,14 +18,12 @@ import resource
 import sys
 import time
 
-from pipeline.cli import config_file
-from pipeline.cli.arguments import add_settings
-from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset import storage
+from pipeline.prepare import command_line
 from pipeline.prepare.clean.dry_run import dry_run_report
 from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
+from pipeline.prepare.clean.quality_filters import check_filters
 from pipeline.prepare.clean.removals import cleans
 from pipeline.prepare.execution import beam_options
 from pipeline.prepare.execution.worker_environment import package_versions
@@ -46,99 +44,16 @@ from schemas import formats
 from schemas.errors import UsageError
 from schemas.manifest import Manifest
 from schemas.prepare_config import PrepareConfig
-from schemas.settings import comma_list, setting
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchOptions:
-    """prepare's options that are not part of its config (PrepareConfig): what to read, where to
-    write, how to run. Each says where the run records it, or why it does not."""
-
-    config: str | None = config_file.option("unit-bytes = 1048576")
-    input: list[str] | None = setting(
-        None,
-        "file, glob, directory or hub id; repeatable",
-        repeat=True,
-        required=True,
-        launch="the files it names are the manifest's inputs, each with its size and digest",
-    )
-    output: str | None = setting(
-        None,
-        "output directory (local or any Beam filesystem)",
-        required=True,
-        launch="the directory the manifest describes, not part of what it holds",
-    )
-    hf_revision: str | None = setting(
-        None,
-        "branch, tag or commit of hub datasets",
-        unset="what an unfinished run here pinned, else main",
-        launch="resolved to the commit it names when the run starts, recorded in the manifest's "
-        "hub_revisions",
-    )
-    overwrite: bool = setting(
-        False,
-        "replace what an earlier prepare run wrote in --output",
-        launch="how the output directory is taken, not what is written to it",
-    )
-    filter_dry_run: bool = setting(
-        False,
-        "run the cleaning stage only and print what each rule removes, with samples; write no "
-        "shards",
-        launch="a dry run writes no shards and no manifest",
-    )
-    verbose: bool = setting(
-        False, "tracebacks with errors", launch="what an error prints, not what a run writes"
-    )
-
-
-def parser(prog: str = "tokshards prepare") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Tokenize corpora into ArrayRecord shards with a resumable manifest. Other "
-        "options go\n"
-        "to Beam (e.g. --runner=DataflowRunner --project ... --region ... --temp_location "
-        "gs://...).",
-        formatter_class=HelpFormatter,
-        allow_abbrev=False,
-    )
-    add_settings(parser, LaunchOptions, title="the run (not part of the manifest's config)")
-    add_settings(
-        parser,
-        PrepareConfig,
-        title="settings (the manifest's config)",
-        readers={"decontaminate": _paths, "filter_params": _parameter},
-    )
-    return parser
-
-
-def _paths(value: str) -> list[str]:
-    """Comma-separated paths, local ones made absolute: the config names them wherever it runs."""
-    return [p if not storage.is_local(p) else os.path.abspath(p) for p in comma_list(value)]
-
-
-def _parameter(value: str) -> tuple[str, str, object]:
-    try:
-        return parse_parameter(value)
-    except FilterError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _filter_params(given: list[tuple[str, str, object]]) -> dict[str, dict[str, object]]:
-    """`--filter-param` values by filter, keys sorted: the config is the same however they were
-    ordered."""
-    params: dict[str, dict[str, object]] = {}
-    for name, key, value in given:
-        params.setdefault(name, {})[key] = value
-    return {name: dict(sorted(values.items())) for name, values in sorted(params.items())}
 
 
 def parse_args(
     argv: list[str] | None, prog: str = "tokshards prepare"
 ) -> tuple[argparse.Namespace, list[str]]:
-    """Our settings (from --config FILE, overridden by flags) and the options that go to Beam."""
+    """Our settings (from --config FILE, overridden by flags) and the options that go to Beam, which
+    it must know."""
     argv = sys.argv[1:] if argv is None else argv
-    args, pipeline_args = config_file.parse(lambda: parser(prog), argv, known=True)
-    own = [s for action in parser(prog)._actions for s in action.option_strings]
+    args, pipeline_args = command_line.read(argv, prog)
+    own = [s for action in command_line.parser(prog)._actions for s in action.option_strings]
     try:
         beam_options.check_beam_args(pipeline_args, own)
     except ValueError as e:
@@ -155,10 +70,11 @@ def main(argv: list[str], prog: str = "tokshards prepare") -> int:
 
 def _config(args: argparse.Namespace) -> PrepareConfig:
     """Every config field has the option of the same name (`--unit-bytes` for `unit_bytes`). A
-    tokenizer file is recorded by its absolute path, so the trainer finds it from anywhere; a hub
-    model by the commit its revision names now."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
-    config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
+    tokenizer file and local eval files are recorded by their absolute paths, so the trainer finds
+    them from anywhere; a hub model by the commit its revision names now."""
+    config = command_line.settings(args)
+    evals = [p if not storage.is_local(p) else os.path.abspath(p) for p in config.decontaminate]
+    config = dataclasses.replace(config, decontaminate=evals)
     if config.filters or config.filter_params:
         check_filters(config.filters, config.filter_params, config.filter_impl)
     if is_path_spec(config.tokenizer):

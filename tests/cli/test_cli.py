@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -68,12 +69,13 @@ def test_train_help_names_the_sample_command(capsys):
     assert "tokshards sample --workdir" in capsys.readouterr().out
 
 
-def test_an_unknown_command_is_refused_with_the_list(capsys):
-    with pytest.raises(SystemExit) as exit:
-        cli.main(["tokenize"])
-    assert exit.value.code == 2
+def test_an_unknown_command_is_refused_in_one_line_with_the_list_and_the_nearest(capsys):
+    assert cli.main(["tokenize"]) == 2
     err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("tokshards: error: ")
     assert "invalid choice: 'tokenize'" in err and "'prepare'" in err and "'sample'" in err
+    assert cli.main(["trian"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean 'train'?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,3 +153,41 @@ def test_python_m_pipeline_lists_the_commands():
     assert result.returncode == 0
     assert all(name in result.stdout for name in cli.COMMANDS)
     assert result.stdout.startswith("usage: python -m pipeline")
+
+
+# An interrupt held back while a block runs is raised as it ends, once: a block after it (a
+# checkpoint's save finished as the run winds down) does not raise it again.
+_HELD_BACK = """
+import os, signal
+from pipeline.cli import interrupts
+
+interrupts.install()
+try:
+    with interrupts.deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        print("held")
+except KeyboardInterrupt:
+    print("raised as the block ended")
+with interrupts.deferred():
+    print("winding down")
+print("received", interrupts.received())
+"""
+
+
+@pytest.mark.integration
+def test_a_held_back_interrupt_is_raised_once_as_its_block_ends():
+    result = subprocess.run(
+        [sys.executable, "-c", _HELD_BACK],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.splitlines() == [
+        "held",
+        "raised as the block ended",
+        "winding down",
+        "received True",
+    ]

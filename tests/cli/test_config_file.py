@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from pipeline.cli import config_file
-from pipeline.prepare import launcher
+from pipeline.cli.arguments import FlagError
+from pipeline.prepare import command_line, launcher
 from pipeline.prepare.launcher import parse_args
 from schemas import formats
 from support.corpora import sample_documents, write_jsonl, write_text
@@ -129,6 +130,15 @@ skip_bad_files = true
         ("skip_bad_files = 'yes'", "skip_bad_files = 'yes': expected true or false"),
         ("record_tokens = true", "record_tokens = True: expected a string or a number"),
         ("unit_bytes = ", "not TOML"),
+        # One setting in both spellings: which one was meant is not for the reader to guess.
+        (
+            "unit-bytes = 1048576\nunit_bytes = 2097152",
+            "'unit-bytes' and 'unit_bytes' are the same setting; keep one of them",
+        ),
+        (
+            "filter_impl = 'fast'\nfilter-impl = 'datatrove'",
+            "'filter_impl' and 'filter-impl' are the same setting; keep one of them",
+        ),
     ],
 )
 def test_prepare_refuses_a_bad_file_in_one_line_naming_the_key(tmp_path, capsys, text, message):
@@ -150,9 +160,8 @@ def test_prepare_refuses_a_bad_file_in_one_line_naming_the_key(tmp_path, capsys,
 
 def test_prepare_without_its_required_settings_names_them(tmp_path, capsys):
     config = _toml(tmp_path / "prepare.toml", 'output = "out"\n')
-    with pytest.raises(SystemExit):
+    with pytest.raises(FlagError, match="the following arguments are required: --input"):
         parse_args(["--config", config])
-    assert "the following arguments are required: --input" in capsys.readouterr().err
 
 
 def _train_config(args: list[str]):
@@ -269,8 +278,28 @@ def test_the_config_files_in_docs_cli_md_are_read_as_written(tmp_path):
         blocks = re.findall(r"```toml\n(.*?)```", f.read(), re.S)
     assert len(blocks) == 2
     for block in blocks:
-        parser = launcher.parser if "tokshards prepare" in block else train_cli.parser
+        parser = command_line.parser if "tokshards prepare" in block else train_cli.parser
         read = config_file.read(_toml(tmp_path / "example.toml", block), parser())
         assert len(read) == len(
             [line for line in block.splitlines() if "=" in line and not line.startswith("#")]
         )
+
+
+@pytest.mark.parametrize(
+    "text, flags",
+    [
+        ("remat = true", ["--remat"]),
+        ("remat = false", ["--remat", "none"]),
+        ("remat = 'dots'", ["--remat", "dots"]),
+        ("bf16 = true", ["--bf16"]),
+    ],
+)
+def test_train_takes_true_and_false_for_a_flag_given_alone_as_the_command_line_does(
+    tmp_path, text, flags
+):
+    config = _toml(tmp_path / "train.toml", text)
+    by_file, by_flags = (
+        vars(config_file.parse(lambda: train_cli.parser(), ["--workdir", "w", *argv])[0])
+        for argv in (["--config", config], flags)
+    )
+    assert {**by_file, "config": None} == by_flags

@@ -11,7 +11,7 @@ import pytest
 
 from model.config import GPTConfig
 from pipeline.cli import config_file
-from pipeline.prepare import launcher
+from pipeline.prepare import command_line
 from schemas import formats
 from schemas.errors import SettingError
 from schemas.manifest_schema import JSON_SCHEMA
@@ -29,7 +29,7 @@ def _declaration(cls: type, name: str):
 def _prepare_place(name: str) -> str:
     if _declaration(PrepareConfig, name):
         return "the manifest's config"
-    return _declaration(launcher.LaunchOptions, name).launch
+    return _declaration(command_line.LaunchOptions, name).launch
 
 
 def _train_place(name: str) -> str:
@@ -57,7 +57,7 @@ def _sample(action: argparse.Action) -> object:
 @pytest.mark.parametrize(
     "command, parser, place",
     [
-        ("prepare", launcher.parser, _prepare_place),
+        ("prepare", command_line.parser, _prepare_place),
         ("train", train_cli.parser, _train_place),
     ],
 )

@@ -60,7 +60,7 @@ def test_a_finished_run_extends_with_more_steps_keeping_its_schedule(prepared, t
     assert (
         "train: --steps 40: the learning-rate schedule keeps the saved run's horizon at step 20, "
         "then stays at its minimum; --decay-steps sets another"
-    ) in out
+    ) in err
     rows = _train_rows(workdir)
     assert [r["step"] for r in rows] == list(range(1, 41))
     with open(os.path.join(workdir, "config.json")) as f:
@@ -83,7 +83,7 @@ def test_decay_steps_on_resume_sets_a_new_horizon(prepared, tmp_path, capsys):
     assert code == 0, err
     assert (
         "train: --decay-steps 30: the learning-rate schedule's horizon moves from step 10 "
-        "to step 30" in out
+        "to step 30" in err
     )
     rows = _train_rows(workdir)
     assert rows[-1]["step"] == 20 and rows[-1]["lr"] > 2e-4  # still decaying towards step 30
@@ -224,9 +224,11 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
             json.dump(state, f)
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "4")
     assert code == 1
+    # After the resume's note on the schedule, on stderr with it.
     lines = err.strip().splitlines()
+    assert lines[0].startswith("train: --steps 4: the learning-rate schedule keeps"), err
     assert (
-        len(lines) == 1 and lines[0].startswith("train: error: ") and "loader version 1" in lines[0]
+        len(lines) == 2 and lines[1].startswith("train: error: ") and "loader version 1" in lines[1]
     ), err
     assert len(_train_rows(workdir)) == 2
 
@@ -243,8 +245,9 @@ def test_a_finished_run_says_so_and_changes_nothing(finished, tmp_path, capsys, 
     code, out, err = _run(capsys, "--workdir", workdir, "--steps", steps)
     assert code == 0, err
     past = " of 2" if steps == "2" else ", past --steps 1"
-    assert f"train: already at step 2{past}; nothing to train (--steps sets a later end)" in out
-    assert "final loss" not in out
+    # The run's notes on stderr, with its progress; no params digest from a lone process.
+    assert f"train: already at step 2{past}; nothing to train (--steps sets a later end)" in err
+    assert out == "" and "final loss" not in err and "params sha256" not in err
     assert before == {name: open(os.path.join(workdir, name), "rb").read() for name in before}
 
 

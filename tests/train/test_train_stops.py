@@ -221,6 +221,27 @@ def test_ctrl_c_at_any_moment_stops_with_one_line_and_status_130(stories_dataset
     assert len(_losses(workdir)) < 5  # it stopped where the interrupt came, not at the end
 
 
+@pytest.mark.integration
+def test_ctrl_c_inside_a_checkpoint_save_stops_cleanly_with_the_checkpoints_whole(
+    stories_dataset, tmp_path
+):
+    """CPU devices save synchronously: the interrupt lands while Orbax writes the checkpoint of
+    step 2 into its temporary directory."""
+    workdir = str(tmp_path / "run")
+    result = _run(
+        _train_args(stories_dataset, workdir, "--steps", "40", "--checkpoint-every", "1"),
+        _signalled_at("checkpoint-2", str(tmp_path / "s")),
+    )
+    assert (tmp_path / "s" / "sent").exists(), result.stderr[-3000:]
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert _one_line(result.stderr) == "train: interrupted"
+    # The save was finished: no temporary directory left, and both checkpoints restore.
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1", "2"]
+    rerun = _run(_train_args(stories_dataset, workdir, "--steps", "3"))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "train: resuming from the checkpoint of step 2 of 3" in rerun.stderr
+
+
 def _mount_point(tmp_path, data: str, *extra: str) -> tuple[str, str, str]:
     """A run's workdir, its checkpoint directory made ready to mount a tmpfs on, and the run's
     flags."""
@@ -311,9 +332,10 @@ def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_checkpoint_before(
     assert (tmp_path / "status").read_text().strip() == "1", stderr[-3000:]
     assert _one_line(stderr) == (
         f"train: error: cannot write the checkpoint of step 8 to {checkpoints}: No space left on "
-        "device"
+        "device; its partial files are removed, their space given back"
     )
-    assert "4" in (tmp_path / "left").read_text().split()
+    # The checkpoint before is kept, and the failed one's temporary directory is gone.
+    assert (tmp_path / "left").read_text().split() == ["4"]
     # Soon after the failure.
     assert max(r["step"] for r in read_rows(os.path.join(workdir, METRICS_NAME))) < 16
     with open(os.path.join(workdir, "config.json")) as f:

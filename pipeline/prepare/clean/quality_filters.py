@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from schemas.errors import UsageError
@@ -71,6 +71,32 @@ def _rules(name: str) -> type:
 def parameters(name: str) -> dict[str, Any]:
     """The settable keyword arguments of a filter, with datatrove's defaults (its class's)."""
     return {f.name: f.default for f in dataclasses.fields(_rules(name))}
+
+
+# Every number a filter takes is a count, a length, a ratio or a threshold, never below 0, but for
+# datatrove's C4 parameters that -1 turns off (its docstring's "set to -1 to disable").
+OFF_BY_MINUS_ONE = {"c4": ("min_num_sentences", "min_words_per_line", "max_word_length")}
+
+
+def check_ranges(params: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuses a parameter's number that no document could be judged by (`max_avg_word_length=-3`
+    removes every document, `min_num_sentences=-5` none), before anything is read; its type and
+    name are checked with the filters themselves (`check_filters`)."""
+    for name, values in params.items():
+        for key, value in values.items():
+            off = key in OFF_BY_MINUS_ONE.get(name, ())
+            if any(x < 0 and not (off and x == -1) for x in _numbers(value)):
+                allowed = "-1 (off) or at least 0" if off else "at least 0"
+                raise FilterError(f"--filter-param {name}.{key} must be {allowed}, got {value!r}")
+
+
+def _numbers(value: Any) -> Iterator[int | float]:
+    """The numbers in a parameter's value, in its lists too (`top_n_grams`' pairs)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
 
 
 def parse_parameter(text: str) -> tuple[str, str, Any]:

@@ -12,7 +12,6 @@ Prism binary, and a machine with network access would then run another runner th
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import os
 
@@ -22,6 +21,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
     WorkerOptions,
 )
+
+from schemas.errors import closest
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
 
@@ -52,9 +53,9 @@ def check_runner_name(pipeline_args: list[str]) -> None:
     known = StandardOptions.KNOWN_RUNNER_NAMES
     if any(runner.lower() in (name.lower(), name.lower().removesuffix("runner")) for name in known):
         return
-    near = difflib.get_close_matches(runner, known, n=1)
+    near = closest(runner, known)
     hint = (
-        f"; did you mean {near[0]}?"
+        f"; did you mean {near}?"
         if near
         else f" (Beam's runners: {', '.join(known)}, or a runner's class path)"
     )
@@ -88,14 +89,12 @@ def check_beam_args(pipeline_args: list[str], own_flags: list[str]) -> None:
             raise ValueError(f"unexpected argument {unknown[0]!r}")
         return
     known = own_flags + [s for a in parser._actions for s in a.option_strings]
-    near = difflib.get_close_matches(
-        flags[0].replace("_", "-"), [k.replace("_", "-") for k in known], n=1
-    )
+    near = closest(flags[0].replace("_", "-"), [k.replace("_", "-") for k in known])
     hint = ""
     if near:
-        spelled = next(k for k in known if k.replace("_", "-") == near[0])
-        hint = f"; did you mean {spelled}?"
-    raise ValueError(f"unknown option {flags[0]}{hint}")
+        spelled = next(k for k in known if k.replace("_", "-") == near)
+        hint = f" (did you mean {spelled}?)"
+    raise ValueError(f"unknown flag {flags[0]}{hint}")  # as every command's parser says it
 
 
 def is_local_runner(options: PipelineOptions) -> bool:

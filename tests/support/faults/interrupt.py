@@ -38,7 +38,8 @@ MOMENTS = {
     "finishing": Moment(points.FINISHING),
 }
 # The trainer's: as numpy and as jaxlib's extension start loading, inside JAX's garbage-collector
-# callback, as the run opens its data, and in its third step.
+# callback, as the run opens its data, in its third step, and inside the save of its second
+# checkpoint.
 TRAIN_MOMENTS = {
     "numpy-import": Moment(points.NUMPY_IMPORT),
     "jaxlib-import": Moment(points.JAXLIB_IMPORT),
@@ -48,6 +49,7 @@ TRAIN_MOMENTS = {
     ),
     "opening": Moment(points.OPENING),
     "step-3": Moment(points.STEP_FEED, after_call=3),
+    "checkpoint-2": Moment(points.CHECKPOINT_WRITE, after_call=2),
 }
 
 

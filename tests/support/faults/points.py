@@ -47,6 +47,9 @@ JAXLIB_IMPORT = Point("jaxlib._jax")  # jaxlib's extension module
 JAX_GC_CALLBACK = Point("jax._src.lib", "_xla_gc_callback")
 OPENING = Point("train.trainer", "_open")  # the run opens its data
 STEP_FEED = Point("train.mesh", "one_row_per_device")  # once per step, as its batch is fed
+# Once per checkpoint, inside Orbax's save: the loader's position written into the step's temporary
+# directory, the model's arrays and the save's finishing rename still to come.
+CHECKPOINT_WRITE = Point("train.checkpointing", "_AnyTopologyHandler.save")
 
 
 def take(state_dir: str, name: str) -> bool:
