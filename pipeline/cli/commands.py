@@ -63,6 +63,10 @@ COMMANDS = {
     "inspect": Command(
         "totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"
     ),
+    "export": Command(
+        "token files for Megatron-LM, nanoGPT, llm.c or datatrove",
+        "pipeline.export.command",
+    ),
     "batches": Command(
         "write the batches one host would train on to an .npz",
         "pipeline.load.batches",
@@ -81,7 +85,7 @@ COMMANDS = {
     ),
 }
 # Commands that import Beam.
-_BEAM = ("prepare", "verify", "inspect")
+_BEAM = ("prepare", "verify", "inspect", "export")
 _OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 

@@ -14,13 +14,15 @@ from pipeline.dataset.manifest_io import read_manifest, shard_sizes
 from schemas.manifest import Manifest
 
 
-def problems(data_dir: str, manifest: Manifest) -> list[str]:
+def problems(data_dir: str, manifest: Manifest, *, hashes: bool = True) -> list[str]:
+    """What does not match the manifest, a line each. Without `hashes`, sizes and strays alone:
+    one listing per split, for a reader that hashes each shard as it reads it (`export`)."""
     sizes = shard_sizes(data_dir)
     found = shard_problems(
         manifest.shards,
         size_of=sizes.get,
         open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
-        hashes=True,
+        hashes=hashes,
     )
     listed = {s.path for s in manifest.shards}
     strays = [f"not in the manifest: {path}" for path in sorted(set(sizes) - listed)]
