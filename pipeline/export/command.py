@@ -91,19 +91,23 @@ def run(args: argparse.Namespace) -> dict[str, ExportedSplit]:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise ExportError(f"{found[0]}{more}; {repair_hint(args.data_dir)}")
 
-    storage.makedirs(args.output)
     record = storage.join(args.output, formats.EXPORT_NAME)
-    storage.delete([record])  # until it is written again, the files are not a complete export
     exported = {}
-    for split in splits:
-        exported[split] = export_split(args.data_dir, manifest, split, target, args.output)
-        print(
-            f"{split}: {exported[split].documents} documents, {exported[split].tokens} tokens -> "
-            + ", ".join(storage.join(args.output, name) for name in exported[split].files)
+    try:
+        storage.makedirs(args.output)
+        storage.delete([record])  # until it is written again, the files are no complete export
+        for split in splits:
+            exported[split] = export_split(args.data_dir, manifest, split, target, args.output)
+            print(
+                f"{split}: {exported[split].documents} documents, {exported[split].tokens} "
+                "tokens -> "
+                + ", ".join(storage.join(args.output, name) for name in exported[split].files)
+            )
+        storage.write_bytes_atomic(
+            record, export_record(args.data_dir, manifest, target, exported).encode()
         )
-    storage.write_bytes_atomic(
-        record, export_record(args.data_dir, manifest, target, exported).encode()
-    )
+    except OSError as e:
+        raise ExportError(f"cannot write the export to {args.output}: {e.strerror or e}") from None
     print(f"wrote {record}")
     return exported
 
@@ -140,8 +144,6 @@ def export_split(
         sizes = {name: os.path.getsize(path) for name, path in zip(names, scratch)}
         for path, final in zip(scratch, finals):
             storage.publish(path, final)
-    except OSError as e:
-        raise ExportError(f"cannot write the export to {output}: {e.strerror or e}") from None
     finally:
         for path in scratch:
             storage.discard(path)
