@@ -153,6 +153,15 @@ def test_a_mixture_is_refused_in_one_line(gpt2_data, wide_data, tmp_path):
     assert outcome.status == 2 and "mixture" in outcome.error
 
 
+def test_an_output_inside_the_prepared_directory_or_in_the_way_is_one_line(gpt2_data, tmp_path):
+    inside = export(gpt2_data, "llmc", os.path.join(gpt2_data, "llmc"))
+    assert inside.status == 2 and "--output" in inside.error
+    assert not os.path.exists(os.path.join(gpt2_data, "llmc"))
+    (tmp_path / "taken").write_text("a file where the output directory would be")
+    blocked = export(gpt2_data, "llmc", str(tmp_path / "taken"))
+    assert blocked.status == 1 and "cannot write the export" in blocked.error
+
+
 @pytest.mark.parametrize("damage", ["flipped", "truncated", "stray"])
 def test_a_damaged_directory_is_refused_as_verify_refuses_it(damage, gpt2_data, tmp_path):
     data = str(tmp_path / "data")
