@@ -1,8 +1,8 @@
 """`tokshards export`: each format read back by its own trainer's reader holds exactly the prepared
-split's documents and ids, for a GPT-2 dataset (uint16) and one whose ids pass 65,536 (int32 /
-uint32), long documents (cut across records) whole; reruns give the same bytes, locally and on
-`gs://`; a damaged directory, a mixture or a vocabulary a format cannot hold is refused in one
-line, and Ctrl-C leaves no file that looks complete."""
+split's documents and ids, for a GPT-2 dataset (uint16) and one whose ids pass 65,536 with a BOS
+before each document (int32 / uint32), long documents (cut across records) whole; reruns give the
+same bytes, locally and on `gs://`; a damaged directory, a mixture or a vocabulary a format cannot
+hold is refused in one line, and Ctrl-C leaves no file that looks complete."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.corpus import write_corpus
 from pipeline.dataset import storage
+from pipeline.dataset.manifest_io import read_manifest
 from pipeline.export import split_stream
 from schemas import formats
 from support import export_readers
@@ -24,7 +25,7 @@ from support.damage import run
 from support.fault_runs import FAULTS, fault_env, foreground_job
 from support.gcs_emulator import gcs_emulator_fixture
 from support.runs import read_split, run_prepare, tree_bytes
-from support.synthetic import unique_documents, write_prepared
+from support.tokenizer_files import SPECIALS, shifted, train_bpe
 
 sys.path.insert(0, FAULTS)
 from interrupt import EXPORT_MOMENTS  # noqa: E402
@@ -33,41 +34,35 @@ pytestmark = pytest.mark.integration  # every test runs the command
 
 RECORD_TOKENS = 64
 GPT2_EOT = 50256
-WIDE_EOT = 1
+WIDE_EOT = SPECIALS.index("<|endoftext|>")  # the shifted BPE keeps its specials' ids
+WIDE_BOS = SPECIALS.index("<s>")
 SPLITS = ("train", "validation")
 
 gcs = gcs_emulator_fixture()
 
 
-@pytest.fixture(scope="module")
-def gpt2_data(tmp_path_factory) -> str:
-    """Stories prepared with GPT-2 into records of 64 tokens: most stories span several."""
-    root = tmp_path_factory.mktemp("gpt2")
-    write_corpus(str(root / "stories.txt"), 150, seed=3)
-    run_prepare(
-        [str(root / "stories.txt")],
-        str(root / "data"),
-        "--record-tokens",
-        str(RECORD_TOKENS),
-        "--validation-fraction",
-        "0.2",
-        "--unit-bytes",
-        "8192",
-    )
+def prepared(root, stories: int, seed: int, *args: str) -> str:
+    """Stories prepared into records of 64 tokens (most stories span several), a fifth of them
+    validation, in several shards."""
+    write_corpus(str(root / "stories.txt"), stories, seed=seed)
+    split = ("--validation-fraction", "0.2", "--unit-bytes", "8192")
+    records = ("--record-tokens", str(RECORD_TOKENS))
+    run_prepare([str(root / "stories.txt")], str(root / "data"), *records, *split, *args)
     return str(root / "data")
 
 
 @pytest.fixture(scope="module")
+def gpt2_data(tmp_path_factory) -> str:
+    return prepared(tmp_path_factory.mktemp("gpt2"), 150, 3)
+
+
+@pytest.fixture(scope="module")
 def wide_data(tmp_path_factory) -> str:
-    """A vocabulary of 2**17 ids, every id from 70,000 on, documents up to 700 tokens long in
-    records of 256."""
-    lengths = np.random.default_rng(7).integers(1, 700, size=60).tolist()
-    documents = unique_documents(lengths, first_id=70_000)
-    out = str(tmp_path_factory.mktemp("wide") / "data")
-    write_prepared(
-        out, {"train": documents[:45], "validation": documents[45:]}, n_vocab=2**17, eot_id=WIDE_EOT
-    )
-    return out
+    """A byte-level BPE whose regular ids start at 70,000 (uint32), a BOS `<s>` before each
+    document and `<|endoftext|>` after it."""
+    root = tmp_path_factory.mktemp("wide")
+    tokenizer = shifted(train_bpe(str(root / "bpe")), str(root / "tokenizer"), 70_000)
+    return prepared(root, 100, 4, "--tokenizer", tokenizer, "--bos-token", "<s>")
 
 
 def export(data: str, fmt: str, out: str, *args: str):
@@ -123,6 +118,7 @@ def test_each_format_reads_back_as_the_prepared_documents(
         assert max(len(d) for d in expected) > RECORD_TOKENS  # documents cut across records
         if wide:
             assert max(int(d.max()) for d in expected) >= 2**16
+            assert all(d[0] == WIDE_BOS for d in expected)
         got = read_back(fmt, out, split, eot_id, wide)
         assert len(got) == len(expected) == record["splits"][split]["documents"]
         assert all(np.array_equal(a, b) for a, b in zip(got, expected))
@@ -144,7 +140,8 @@ def test_nanogpt_refuses_ids_beyond_uint16_and_writes_nothing(wide_data, tmp_pat
     out = tmp_path / "out"
     outcome = export(wide_data, "nanogpt", str(out))
     assert outcome.status == 2
-    assert "--format nanogpt holds uint16 ids" in outcome.error and "131072" in outcome.error
+    n_vocab = read_manifest(wide_data).tokenizer.n_vocab
+    assert "--format nanogpt holds uint16 ids" in outcome.error and str(n_vocab) in outcome.error
     assert not out.exists()
 
 
