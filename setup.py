@@ -65,6 +65,9 @@ GCP = ["apache-beam[gcp]>=2.60", "gcsfs"]
 # Prepare on a dask.distributed cluster through Beam's DaskRunner (docs/dask.md): the launcher and
 # every worker of the cluster.
 DASK = ["apache-beam[dask]>=2.60"]
+# The readers of `tokshards export`'s files, which its tests read them back with: Megatron-Core's
+# IndexedDataset (on a CPU torch) and datatrove's DatatroveFolderDataset (torch too).
+READERS = ["megatron-core>=0.16.1", "torch>=2.4", "datatrove>=0.10.1"]
 # `wheel`: the tests build the sdist into a wheel without a package index
 # (tests/support/worker_venv.py); `ruff`: the linter and formatter `make test` checks first
 # (ruff.toml); TensorBoard itself reads the trainer's event files back in the tests.
@@ -96,7 +99,8 @@ setup(
         "dask": DASK,
         "filters": FILTERS,
         "sentencepiece": SENTENCEPIECE,
-        "dev": HF + FILTERS + SENTENCEPIECE + TRAIN + GCP + DASK + TEST,
+        "readers": READERS,
+        "dev": HF + FILTERS + SENTENCEPIECE + TRAIN + GCP + DASK + TEST + READERS,
     },
     entry_points={"console_scripts": ["tokshards = pipeline.cli.commands:run"]},
 )

@@ -44,6 +44,11 @@ UNIT_REJECTS_DIR = "rejects"
 
 SPLITS = ("train", "validation")
 
+# What `tokshards export` wrote, and from which prepared directory: written last, beside the files.
+EXPORT_NAME = "tokshards_export.json"
+EXPORT_FORMAT = "tokshards.export"
+EXPORT_VERSION = 1
+
 # The loader's checkpointed state is a position in its plan of batches; the version says which plan.
 # Version 2 draws rows from the whole epoch (version 1 cut them from a stream of whole records) and
 # mixes sources per row or piece: the same position means other batches, so another version is

@@ -66,6 +66,10 @@ COMMANDS = {
     "inspect": Command(
         "totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"
     ),
+    "export": Command(
+        "token files for Megatron-LM, nanoGPT, llm.c or datatrove",
+        "pipeline.export.command",
+    ),
     "batches": Command(
         "write the batches one host would train on to an .npz",
         "pipeline.load.batches",
@@ -84,7 +88,7 @@ COMMANDS = {
     ),
 }
 # Commands that import Beam as they load (`prepare` loads it itself, once its settings stand).
-_BEAM = ("verify", "inspect")
+_BEAM = ("verify", "inspect", "export")
 _OWN_PACKAGES = ("pipeline", "train", "model", "schemas")
 
 

@@ -2,7 +2,8 @@
 
 `command_line` is the command (its options, checked before Beam loads) and `launcher` the run;
 `planning` and `units` decide what each work unit reads and writes, `resume` which units an
-interrupted run finished, and `stages` runs the cleaning and tokenizing stages. What the steps do lives in the rooms `read`, `clean`, `tokenize` and `write`; where they
-run (Beam's options and pipelines, the watched job, forked workers, retries, progress, worker
-environments) in `execution`. Nothing here is imported by the loader.
+interrupted run finished, and `stages` runs the cleaning and tokenizing stages. What the steps do
+lives in the rooms `read`, `clean`, `tokenize` and `write`; where they run (Beam's options and
+pipelines, the watched job, forked workers, retries, progress, worker environments) in
+`execution`. Nothing here is imported by the loader.
 """

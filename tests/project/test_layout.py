@@ -18,6 +18,7 @@ PACKAGES = (
     "pipeline/prepare/tokenize/",
     "pipeline/prepare/write/",
     "pipeline/prepare/execution/",
+    "pipeline/export/",
     "pipeline/load/",
     "pipeline/tokenization/",
     "pipeline/",

@@ -52,6 +52,9 @@ TRAIN_MOMENTS = {
     "checkpoint-2": Moment(points.CHECKPOINT_WRITE, after_call=2),
 }
 
+# An export's: once its first chunk of tokens is written, the files half done.
+EXPORT_MOMENTS = {"exporting": Moment(points.EXPORTING, after_call=1)}
+
 
 def _interrupt() -> None:
     if points.take(os.environ["INTERRUPT_STATE_DIR"], "sent"):
@@ -101,7 +104,7 @@ def _in_gc_callback(moment: Moment):
 
 
 def install() -> None:
-    moment = {**MOMENTS, **TRAIN_MOMENTS}[os.environ["INTERRUPT_AT"]]
+    moment = {**MOMENTS, **TRAIN_MOMENTS, **EXPORT_MOMENTS}[os.environ["INTERRUPT_AT"]]
     if moment.point.attribute is None:
         points.at_import(moment.point, _interrupt)
     elif moment.gc_callback:

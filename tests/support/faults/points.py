@@ -40,6 +40,9 @@ UNITS = Point(
 FINISHING = Point("pipeline.prepare.write.finalize", "write_outputs")
 PRISM = Point("apache_beam.runners.portability.prism_runner", "PrismRunner.run_pipeline")
 
+# The point of an export that the faults act at: a chunk of a split's tokens written.
+EXPORTING = Point("pipeline.export.targets", "_Flat.add")
+
 # The points of a training run that the faults act at.
 NUMPY_IMPORT = Point("numpy")
 JAXLIB_IMPORT = Point("jaxlib._jax")  # jaxlib's extension module
