@@ -176,6 +176,12 @@ FLAG_ERRORS = [
     ("batches", ["--seq-len", "abc"], "argument --seq-len: invalid int value: 'abc'"),
     ("corpus", ["--stories", "x"], "argument --stories: invalid int value: 'x'"),
     ("sample", ["--top-k", "1.5"], "argument --top-k: invalid int value: '1.5'"),
+    (
+        "export",
+        ["--format", "megatrn"],
+        "argument --format: invalid choice: 'megatrn' (choose from 'datatrove', 'llmc', "
+        "'megatron', 'nanogpt'); did you mean 'megatron'?",
+    ),
 ]
 # Enough to run, but for the flag at fault.
 BASE_ARGV = {
@@ -186,6 +192,7 @@ BASE_ARGV = {
     "batches": ["data", "--batch-size", "1", "--take", "1", "--out", "x.npz"],
     "corpus": ["--output", "corpus.txt"],
     "sample": ["--workdir", "run"],
+    "export": ["data", "--format", "nanogpt", "--output", "out"],
 }
 
 
