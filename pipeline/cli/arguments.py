@@ -68,6 +68,20 @@ class CommandParser(argparse.ArgumentParser):
             )
 
 
+def count_from(least: int) -> Callable[[str], int]:
+    """An option's reader for a count, refusing what it cannot mean (`--documents -1`) with the
+    range that can, as declared settings are."""
+
+    def read(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    read.__name__ = "int"  # argparse names the reader in "invalid int value: 'x'"
+    return read
+
+
 def add_settings(
     parser: argparse.ArgumentParser,
     cls: type,

@@ -13,7 +13,7 @@ import unicodedata
 
 import numpy as np
 
-from pipeline.cli.arguments import CommandParser
+from pipeline.cli.arguments import CommandParser, count_from
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import read_manifest, read_records
@@ -210,7 +210,9 @@ def parser(prog: str = "tokshards inspect") -> argparse.ArgumentParser:
     p.add_argument(
         "--split", default="train", help="the split whose documents are measured and shown"
     )
-    p.add_argument("--documents", type=int, default=3, help="how many documents to print as text")
+    p.add_argument(
+        "--documents", type=count_from(0), default=3, help="how many documents to print as text"
+    )
     p.add_argument(
         "--plot",
         metavar="FILE.png",
