@@ -331,9 +331,9 @@ class Planner:
         packed: dict[tuple[int, int], BestFitRows] | None = None,
     ) -> list[Position]:
         """The positions after each of `steps` batches: each row is the next best-fit row of the
-        source `next_source` names (for one source: `rows` consecutive ones), in the order of its
-        block's rows, block after block. Appends each row taken to `out` (and its block to
-        `blocks`, its rows to `packed`) unless None."""
+        source `next_source` names (for one source: the next `rows`), in the order of its block's
+        rows, block after block. Appends each run of rows taken from one block to `out` (and the
+        block to `blocks`, its rows to `packed`) unless None."""
         finished, tokens, placed = position.counts()
         width = self.width
         positions = []
@@ -342,19 +342,26 @@ class Planner:
                 tokens = [0] * len(tokens)
             weights = self._weights(step)
             mixed = len(weights) > 1
-            dest = (step - position.step) * self._rows * width
-            for _ in range(self._rows):
+            row = 0
+            while row < self._rows:
                 k = next_source(weights, tokens, width) if mixed else 0
                 block, _ = self._draws[k].unit(finished[k])
                 rows = self._rows_of(k, block)
                 r = placed[k]
-                tokens[k] += rows.tokens[r]
+                n = 1 if mixed else min(self._rows - row, len(rows) - r)
+                tokens[k] += sum(rows.tokens[r : r + n])
                 if out is not None:
-                    out += (k, block.first, r, dest)
+                    out += (
+                        k,
+                        block.first,
+                        r,
+                        n,
+                        ((step - position.step) * self._rows + row) * width,
+                    )
                     blocks[(k, block.first)], packed[(k, block.first)] = block, rows
-                dest += width
-                if r + 1 < len(rows):
-                    placed[k] = r + 1
+                row += n
+                if r + n < len(rows):
+                    placed[k] = r + n
                 else:
                     finished[k], placed[k] = block.first + len(block.piece_first) - 1, 0
             positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
@@ -412,15 +419,20 @@ class Planner:
             positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
         return positions
 
-    @staticmethod
-    def _pieces_of_rows(out: list[int], packed: dict[tuple[int, int], BestFitRows]) -> np.ndarray:
-        """The pieces of the rows a best-fit walk took (`out`, from the blocks' `packed` rows), as
-        a first-fit walk lists them."""
-        taken = np.array(out, np.int64).reshape(-1, 4)
+    def _pieces_of_rows(
+        self, out: list[int], packed: dict[tuple[int, int], BestFitRows]
+    ) -> np.ndarray:
+        """The pieces of the rows a best-fit walk took (`out`: source, block, first row, rows and
+        dest of each run, from the blocks' `packed` rows), as a first-fit walk lists them."""
+        runs = np.array(out, np.int64).reshape(-1, 5)
         placed = []
         for (k, first), rows in packed.items():
-            mine = taken[(taken[:, 0] == k) & (taken[:, 1] == first)]
-            pieces, dest, segment = rows.placed(mine[:, 2], mine[:, 3])
+            mine = runs[(runs[:, 0] == k) & (runs[:, 1] == first)]
+            n = mine[:, 3]
+            rank = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+            pieces, dest, segment = rows.placed(
+                np.repeat(mine[:, 2], n) + rank, np.repeat(mine[:, 4], n) + rank * self.width
+            )
             placed.append(
                 np.stack(
                     [np.full(len(pieces), k), np.full(len(pieces), first), pieces, dest, segment], 1

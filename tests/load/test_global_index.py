@@ -148,18 +148,25 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
     assert [(dest, segment) for dest, segment in zip(out[3::5], out[4::5])] == expected
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_best_fit_rows_are_the_best_fit_decreasing_packing_of_a_block(seed):
-    # Against a plain scan: longest piece first (the earlier draw on a tie), into the row with the
-    # least room that holds it (of those, the one that came to that room last).
+@pytest.mark.parametrize("seed, group_rows", [(0, 256), (1, 256), (2, 8), (3, 8)])
+def test_best_fit_rows_are_the_best_fit_decreasing_packing_of_each_group(seed, group_rows):
+    # Against a plain scan: a group's pieces longest first (the earlier draw on a tie), each into
+    # the row of its group with the least room that holds it (of those, the one that came to that
+    # room last); a group ends where the pieces shorter than a row reach `group_rows` rows.
     rng = np.random.default_rng(seed)
     width = 64
     lengths = [int(n) for n in rng.integers(1, width + 1, 300)]
-    packed = BestFitRows(lengths, width)
+    packed = BestFitRows(lengths, width, group_rows=group_rows)
+    shared = np.where(np.array(lengths) < width, lengths, 0)
+    group = ((np.cumsum(shared) - shared) // (group_rows * width)).tolist()
+    assert (group_rows == 8) == (group[-1] > 2)
     room: list[int] = []
     since: list[int] = []
     rows: list[list[int]] = []
-    for t, piece in enumerate(sorted(range(len(lengths)), key=lambda p: -lengths[p])):
+    order = sorted(range(len(lengths)), key=lambda p: (group[p], -lengths[p]))
+    for t, piece in enumerate(order):
+        if t and group[piece] != group[order[t - 1]]:
+            room = [0] * len(room)  # the rows of the group before are closed
         fits = [r for r in range(len(room)) if room[r] >= lengths[piece]]
         row = min(fits, key=lambda r: (room[r], -since[r]), default=None)
         if row is None:

@@ -49,9 +49,7 @@ def test_batches_writes_what_host_i_of_n_trains_on(prepared, tmp_path, packing):
     ]
     assert main([*argv, "--seed", "4", "--packing", packing, "--take", "5", "--out", out]) == 0
     arrays = np.load(out)
-    names = {"inputs", "targets"} | (
-        {"segment_ids", "positions"} if packing != "concat" else set()
-    )
+    names = {"inputs", "targets"} | ({"segment_ids", "positions"} if packing != "concat" else set())
     assert set(arrays.files) == names
     expected = loader_batches(
         prepared,
