@@ -12,7 +12,8 @@ A block's shared pieces (those shorter than a row) are packed in groups of conse
 about `GROUP_ROWS` rows' worth: a row then holds documents of a few neighbouring records, not of
 any of the block's thousand, and a window of steps reads about as many records as first fit does
 (packed whole, a block of ~200-token stories made each window read seven times as many, and the
-loader a third slower). A group leaves padding in about one row, a 500th of its rows. Web pages'
+loader without workers about half as fast). A group leaves about half a row of padding, a 500th of
+its rows. Web pages'
 last pieces are few: their groups are whole blocks.
 
 The rows come in the order of the first draw each holds, so a batch keeps the epoch's keyed order
