@@ -52,8 +52,8 @@ EXPORT_VERSION = 1
 # The loader's checkpointed state is a position in its plan of batches; the version says which plan.
 # Version 2 draws rows from the whole epoch (version 1 cut them from a stream of whole records) and
 # mixes sources per row or piece: the same position means other batches, so another version is
-# refused.
-LOADER_STATE_VERSION = 2
+# refused. Version 3 packs document rows best fit over a block of draws (first fit by name).
+LOADER_STATE_VERSION = 3
 SHARD_STEM = "data.array_record"
 
 # ArrayRecord writer options: uncompressed (token ids barely compress) and one record per chunk,

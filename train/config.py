@@ -39,7 +39,8 @@ class TrainConfig:
     seed: int = setting(0, "model initialization and data order", minimum=0, below=2**63)
     packing: str = setting(
         "concat",
-        "concat: documents run on across sequences; document: each sequence starts one",
+        "concat: documents run on across sequences; document: each sequence starts one, packed "
+        "best fit (document-first-fit: first fit, in draw order)",
         choices=PACKINGS,
     )
     mesh: tuple[tuple[str, int], ...] = setting(

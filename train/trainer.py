@@ -201,7 +201,7 @@ def _attention_note(config: TrainConfig) -> str:
         dtype=model.compute_dtype,
         head_dim=model.width // model.num_heads,
         seq_len=config.seq_len,
-        segments=config.packing == "document",
+        segments=config.packing != "concat",
     )
     return (
         f"attention through {why}" if implementation == CUDNN else f"attention through XLA: {why}"

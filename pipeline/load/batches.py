@@ -1,14 +1,15 @@
 """`batches`: write the batches one host would train on to an .npz, to look at or compare.
 
     tokshards batches DATA --split train --seq-len 1024 --batch-size 16 \\
-        [--shard-index 0 --shard-count 1] [--seed 0] [--packing concat|document] \\
-        --take 100|epoch --out batches.npz
+        [--shard-index 0 --shard-count 1] [--seed 0] \\
+        [--packing concat|document|document-first-fit] --take 100|epoch --out batches.npz
 
 DATA is a data spec: a prepared directory, NAME=WEIGHT:PATH,... or a .json file (see
 pipeline/load/data_spec.py). `--batch-size` is the global batch; the arrays are
 [K, batch_size / shard_count, seq_len]. `--take epoch` writes exactly the complete batches of one
 epoch. For a mixture the .npz also holds "source_tokens" [K, sources], and the realized token
-share of each source is printed.
+share of each source is printed. With document packing the padding share of the batches written is
+printed: what the accelerator computes on nothing at that `--seq-len`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def collect(config: LoaderConfig, take: int | None) -> dict[str, np.ndarray]:
     return {name: np.stack([b[name] for b in batches]) for name in batches[0]}
 
 
+def padding_share(segment_ids: np.ndarray) -> float:
+    """The share of target positions that are padding (segment id 0) in document-packed batches."""
+    return float(np.count_nonzero(segment_ids == 0) / segment_ids.size)
+
+
 def realized_mixture(config: LoaderConfig, source_tokens: np.ndarray) -> str:
     """One line: each source's share of the target tokens, beside the share asked for."""
     totals = source_tokens.sum(axis=0)
@@ -85,7 +91,8 @@ def parser(prog: str = "tokshards batches") -> argparse.ArgumentParser:
         "--packing",
         choices=PACKINGS,
         default="concat",
-        help="concat: documents run on across sequences; document: each sequence starts one",
+        help="concat: documents run on across sequences; document: each sequence starts one, "
+        "packed best fit (document-first-fit: first fit, in draw order)",
     )
     p.add_argument(
         "--workers", dest="worker_count", type=int, default=0, help="prefetch worker processes"
@@ -123,6 +130,8 @@ def main(argv: list[str] | None = None, prog: str = "tokshards batches") -> int:
         raise RunError(f"{e.filename or args.out}: {e.strerror or e}") from None
     shape = "x".join(str(d) for d in arrays["inputs"].shape)
     print(f"batches: wrote {', '.join(arrays)} [{shape}] to {args.out}")
+    if "segment_ids" in arrays:
+        print(f"batches: padding: {padding_share(arrays['segment_ids']):.2%} of target positions")
     if SOURCE_TOKENS in arrays:
         print(f"batches: realized mixture: {realized_mixture(config, arrays[SOURCE_TOKENS])}")
     return 0

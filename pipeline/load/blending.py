@@ -1,4 +1,5 @@
-"""Which source the next row (concat packing) or piece (document packing) of a mixture comes from.
+"""Which source the next row (concat, document packing) or piece (document-first-fit) of a mixture
+comes from.
 
 Each comes from the source furthest below its weight once a row more is taken: the largest
 `w_k * (T + row) - t_k`, where `t_k` are the tokens taken from source `k` in the current stage, `T`

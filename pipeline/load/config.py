@@ -18,7 +18,8 @@ class LoaderConfig:
 
     `data`: one prepared directory, or the sources of a mixture (`parse_data_spec`); a mixture of
     more than one source adds "source_tokens" to every batch. `packing`: "concat" (windows of the
-    token stream) or "document" (whole documents per row, with segment ids and positions).
+    token stream) or "document" (whole documents per row, with segment ids and positions, packed
+    best fit; "document-first-fit" packs them first fit in draw order, as loader version 2 did).
     `num_epochs`: None repeats forever; otherwise the batches end before the first that needs a
     record of a later epoch of any source. `worker_count`: prefetch processes.
     `shard_index`/`shard_count`: which of `shard_count` equal row ranges of the global batch this

@@ -11,19 +11,22 @@ What a batch holds is a draw over the whole epoch, not a stretch of it:
   windows drawn in a keyed order over the epoch (`concat_windows`);
 - `document` packing: each epoch draws its units in a keyed order over the epoch, a unit being a
   record's documents that fit a row or one `seq_len`-token piece of a longer document
-  (`document_units`); pieces are placed first fit into the rows of the batch, and the next batch
-  starts with the first piece that fits no row;
+  (`document_units`); each block of draws is packed best fit decreasing into rows
+  (`best_fit_rows`), and a batch takes the next rows;
+- `document-first-fit` packing: the same units, placed first fit in draw order into the rows of
+  the batch, and the next batch starts with the first piece that fits no row;
 - each source draws its own units epoch after epoch, so every epoch of every source is read exactly
   once, across all hosts, before it repeats (the one global batch that ends an epoch excepted);
-- with several sources, each row (concat) or piece (document) comes from the source furthest below
-  its weight in the current stage (`blending`), so realized token shares stay within a row of the
-  weights at every step.
+- with several sources, each row (concat, document) or piece (document-first-fit) comes from the
+  source furthest below its weight in the current stage (`blending`), so realized token shares stay
+  within a row of the weights at every step.
 
 The plan is built lazily, one step at a time, from a `Position`: the step, and for each source its
-count of units drawn whole, its tokens in the current stage and the pieces placed of its unit in
-progress. That position is also the loader's checkpoint: a few integers that mean the same on any
-topology. A unit's order is computed, never drawn or stored (`record_order`), so nothing at start-up
-or resume depends on how far the run has gone. See docs/global-index.md for figures.
+count of units drawn whole, its tokens in the current stage and the rows taken of its block in
+progress (best fit) or the pieces placed of its unit in progress (first fit). That position is also
+the loader's checkpoint: a few integers that mean the same on any topology. A unit's order is
+computed, never drawn or stored (`record_order`), so nothing at start-up or resume depends on how
+far the run has gone. See docs/global-index.md for figures.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipeline.load.best_fit_rows import BestFitRows
 from pipeline.load.blending import next_source
 from pipeline.load.concat_windows import ConcatWindows
 from pipeline.load.document_units import DocumentUnits, UnitBlock
@@ -42,7 +46,8 @@ from pipeline.load.record_order import EndOfData
 
 __all__ = ["PACKINGS", "EndOfData", "FirstFitRows", "Planner", "Position", "Stage", "StepPlan"]
 
-PACKINGS = ("concat", "document")
+PACKINGS = ("concat", "document", "document-first-fit")
+_PACKED = 2  # blocks whose best-fit rows a source keeps: a walk goes forward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,8 @@ class Position:
     For each source `k`: `finished[k]`, its units drawn whole since the run began (windows for
     concat packing; its epoch is that count over its units per epoch); `stage_tokens[k]`, the tokens
     taken from it since the current stage began; `placed[k]`, the pieces placed of its unit in
-    progress (document packing; always 0 for concat).
+    progress (first fit), or the rows taken of its block in progress (best fit; `finished[k]` is
+    then the block's first draw); always 0 for concat.
     """
 
     step: int
@@ -71,6 +77,10 @@ class Position:
     @classmethod
     def start(cls, sources: int) -> Position:
         return cls(0, (0,) * sources, (0,) * sources, (0,) * sources)
+
+    def counts(self) -> tuple[list[int], list[int], list[int]]:
+        """`finished`, `stage_tokens` and `placed`, as lists for a walk to update."""
+        return list(self.finished), list(self.stage_tokens), list(self.placed)
 
     def to_list(self) -> list[int]:
         return [self.step, *self.finished, *self.stage_tokens, *self.placed]
@@ -183,9 +193,10 @@ class Planner:
 
     A concat row's window is a function of the source's draw count alone, so the batches of many
     steps are planned at once, with numpy; the counts at a step come from the blending rule, row by
-    row (for one source: `rows` a step). Document packing's first fit is sequential: its walk reads
-    the lengths of pieces found a block of draws at a time (`DocumentUnits`), and the pieces it
-    places become the plan's arrays at once, after the walk.
+    row (for one source: `rows` a step). Document packing is sequential: its walk reads the lengths
+    of pieces found a block of draws at a time (`DocumentUnits`), best fit takes that block's packed
+    rows (`BestFitRows`) and first fit places its pieces, and the pieces placed become the plan's
+    arrays at once, after the walk.
     """
 
     def __init__(
@@ -211,6 +222,7 @@ class Planner:
         self._rows = rows
         self._packing = packing
         self.width = seq_len + 1 if packing == "concat" else seq_len
+        self._packed: list[dict[int, BestFitRows]] = [{} for _ in lengths]  # by block's first draw
 
     def _weights(self, step: int) -> tuple[float, ...]:
         return [s for s in self._stages if s.start <= step][-1].weights
@@ -228,17 +240,24 @@ class Planner:
             sources: list[int] = []
             positions = self._concat(position, steps, sources)
             return self._concat_plan(position, steps, sources), positions
-        out: list[int] = []  # five ints per piece placed: source, block, piece, dest, segment
+        # Best fit: four ints per row (source, block, its row in the block, dest); first fit: five
+        # per piece (source, block, piece, dest, segment).
+        out: list[int] = []
         blocks: dict[tuple[int, int], UnitBlock] = {}
-        positions = self._document(position, steps, out, blocks)
-        return self._document_plan(out, blocks), positions
+        if self._packing == "document":
+            packed: dict[tuple[int, int], BestFitRows] = {}
+            positions = self._best_fit(position, steps, out, blocks, packed)
+            return self._document_plan(self._pieces_of_rows(out, packed), blocks), positions
+        positions = self._first_fit(position, steps, out, blocks)
+        return self._document_plan(np.array(out, np.int64).reshape(-1, 5), blocks), positions
 
     def advance(self, position: Position, steps: int = 1) -> Position:
         """The position `steps` batches after `position`, without building their plan: what a
         reader that skips them needs."""
         if self._packing == "concat":
             return self._concat(position, steps, None)[-1]
-        return self._document(position, steps, None, None)[-1]
+        walk = self._best_fit if self._packing == "document" else self._first_fit
+        return walk(position, steps, None, None)[-1]
 
     def steps(self, position: Position) -> int:
         """How many complete batches the plan holds from `position` (`num_epochs` set)."""
@@ -303,7 +322,61 @@ class Planner:
             )
         return StepPlan(*(np.concatenate(c) for c in zip(*parts)))
 
-    def _document(
+    def _best_fit(
+        self,
+        position: Position,
+        steps: int,
+        out: list[int] | None,
+        blocks: dict[tuple[int, int], UnitBlock] | None,
+        packed: dict[tuple[int, int], BestFitRows] | None = None,
+    ) -> list[Position]:
+        """The positions after each of `steps` batches: each row is the next best-fit row of the
+        source `next_source` names (for one source: the next `rows`), in the order of its block's
+        rows, block after block. Appends each run of rows taken from one block to `out` (and the
+        block to `blocks`, its rows to `packed`) unless None."""
+        finished, tokens, placed = position.counts()
+        width = self.width
+        positions = []
+        for step in range(position.step, position.step + steps):
+            if step in self._new_stage:
+                tokens = [0] * len(tokens)
+            weights = self._weights(step)
+            mixed = len(weights) > 1
+            row = 0
+            while row < self._rows:
+                k = next_source(weights, tokens, width) if mixed else 0
+                block, _ = self._draws[k].unit(finished[k])
+                rows = self._rows_of(k, block)
+                r = placed[k]
+                n = 1 if mixed else min(self._rows - row, len(rows) - r)
+                tokens[k] += sum(rows.tokens[r : r + n])
+                if out is not None:
+                    out += (
+                        k,
+                        block.first,
+                        r,
+                        n,
+                        ((step - position.step) * self._rows + row) * width,
+                    )
+                    blocks[(k, block.first)], packed[(k, block.first)] = block, rows
+                row += n
+                if r + n < len(rows):
+                    placed[k] = r + n
+                else:
+                    finished[k], placed[k] = block.first + len(block.piece_first) - 1, 0
+            positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
+        return positions
+
+    def _rows_of(self, source: int, block: UnitBlock) -> BestFitRows:
+        """The best-fit rows of a block of `source`'s draws, packed once."""
+        packed = self._packed[source]
+        if block.first not in packed:
+            if len(packed) == _PACKED:
+                del packed[min(packed)]
+            packed[block.first] = BestFitRows(block.lengths, self.width)
+        return packed[block.first]
+
+    def _first_fit(
         self,
         position: Position,
         steps: int,
@@ -315,11 +388,7 @@ class Planner:
         source's pieces are placed in draw order, a block of units at a time: a unit's pieces follow
         the one before's in its block. Appends each placed piece to `out` (and its block to
         `blocks`) unless None."""
-        finished, tokens, placed = (
-            list(position.finished),
-            list(position.stage_tokens),
-            list(position.placed),
-        )
+        finished, tokens, placed = position.counts()
         width, batch = self.width, self._rows * self.width
         positions = []
         for step in range(position.step, position.step + steps):
@@ -350,10 +419,32 @@ class Planner:
             positions.append(Position(step + 1, tuple(finished), tuple(tokens), tuple(placed)))
         return positions
 
-    def _document_plan(self, out: list[int], blocks: dict[tuple[int, int], UnitBlock]) -> StepPlan:
-        """The plan of the pieces a walk placed (`out`): each record's part of each, in order of
-        `dest`."""
-        placed = np.array(out, np.int64).reshape(-1, 5)
+    def _pieces_of_rows(
+        self, out: list[int], packed: dict[tuple[int, int], BestFitRows]
+    ) -> np.ndarray:
+        """The pieces of the rows a best-fit walk took (`out`: source, block, first row, rows and
+        dest of each run, from the blocks' `packed` rows), as a first-fit walk lists them."""
+        runs = np.array(out, np.int64).reshape(-1, 5)
+        placed = []
+        for (k, first), rows in packed.items():
+            mine = runs[(runs[:, 0] == k) & (runs[:, 1] == first)]
+            n = mine[:, 3]
+            rank = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+            pieces, dest, segment = rows.placed(
+                np.repeat(mine[:, 2], n) + rank, np.repeat(mine[:, 4], n) + rank * self.width
+            )
+            placed.append(
+                np.stack(
+                    [np.full(len(pieces), k), np.full(len(pieces), first), pieces, dest, segment], 1
+                )
+            )
+        return np.concatenate(placed)
+
+    def _document_plan(
+        self, placed: np.ndarray, blocks: dict[tuple[int, int], UnitBlock]
+    ) -> StepPlan:
+        """The plan of the pieces a walk placed (`placed`: source, block, piece, dest, segment per
+        row): each record's part of each, in order of `dest`."""
         parts = []
         for (k, first), block in blocks.items():
             mine = placed[(placed[:, 0] == k) & (placed[:, 1] == first)]

@@ -51,7 +51,7 @@ def new_window(
     Grain makes as it sends it. A window made in shared memory from the start saves that copy but
     leaks its segment when the pipeline closes with it still in the worker's read-ahead.
     """
-    fields = len(DOCUMENT_FIELDS) if packing == "document" else len(CONCAT_FIELDS)
+    fields = len(CONCAT_FIELDS) if packing == "concat" else len(DOCUMENT_FIELDS)
     shape = (fields, steps, rows, seq_len)
     window = {FIELDS: np.zeros(shape, dtype)}
     if source_count > 1:

@@ -266,6 +266,15 @@ def test_restore_continues_exactly(prepared, packing):
         assert_same(take(restored, 12 - point), reference[point:])
 
 
+def test_a_state_of_the_first_fit_plan_is_refused_in_one_line(prepared):
+    # Version 2 placed document pieces first fit: its positions count pieces, not best-fit rows.
+    state = make_iterator(config(prepared, packing="document")).get_state()
+    restored = make_iterator(config(prepared, packing="document"))
+    with pytest.raises(LoaderError, match="loader version 2; this loader is version 3") as e:
+        restored.set_state({**state, "version": 2})
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.integration
 def test_state_and_batches_do_not_depend_on_the_worker_count(prepared):
     # Document packing: its state (a record and a piece offset) is the richer one. Every

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.cli.arguments import FlagError
-from pipeline.load import LoaderConfig, make_dataset
+from pipeline.load import PACKINGS, LoaderConfig, make_dataset
 from pipeline.load.batches import main
 from support.runs import run_command
 from support.synthetic import unique_documents, write_prepared
@@ -34,7 +34,7 @@ def loader_batches(data_dir: str, take: int | None, **kw) -> list[dict[str, np.n
     return [next(it) for _ in range(take)]
 
 
-@pytest.mark.parametrize("packing", ["concat", "document"])
+@pytest.mark.parametrize("packing", PACKINGS)
 def test_batches_writes_what_host_i_of_n_trains_on(prepared, tmp_path, packing):
     out = str(tmp_path / "b.npz")
     argv = [
@@ -50,9 +50,7 @@ def test_batches_writes_what_host_i_of_n_trains_on(prepared, tmp_path, packing):
     ]
     assert main([*argv, "--seed", "4", "--packing", packing, "--take", "5", "--out", out]) == 0
     arrays = np.load(out)
-    names = {"inputs", "targets"} | (
-        {"segment_ids", "positions"} if packing == "document" else set()
-    )
+    names = {"inputs", "targets"} | ({"segment_ids", "positions"} if packing != "concat" else set())
     assert set(arrays.files) == names
     expected = loader_batches(
         prepared,
@@ -67,6 +65,18 @@ def test_batches_writes_what_host_i_of_n_trains_on(prepared, tmp_path, packing):
     for name in names:
         assert arrays[name].shape == (5, 2, 16) and arrays[name].dtype == np.int32
         np.testing.assert_array_equal(arrays[name], np.stack([b[name] for b in expected]))
+
+
+def test_batches_reports_the_padding_share_at_a_seq_len(prepared, tmp_path, capsys):
+    out = str(tmp_path / "b.npz")
+    argv = [prepared, "--seq-len", "64", "--batch-size", "4", "--take", "epoch", "--out", out]
+    assert main([*argv, "--packing", "document"]) == 0
+    segment_ids = np.load(out)["segment_ids"]
+    padding = np.count_nonzero(segment_ids == 0) / segment_ids.size
+    assert 0 < padding < 0.05
+    assert f"batches: padding: {padding:.2%} of target positions" in capsys.readouterr().out
+    assert main([*argv, "--packing", "concat"]) == 0
+    assert "padding" not in capsys.readouterr().out
 
 
 def test_batches_take_epoch_writes_exactly_one_epoch(prepared, tmp_path):

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from pipeline.corpus import write_corpus
+from schemas import formats
 from support.runs import run_command, run_prepare
 from train.cli import main
 from train.metrics import METRICS_NAME, read_rows
@@ -219,7 +220,7 @@ def test_a_checkpoint_of_another_loader_version_is_refused_in_one_line(finished,
     for path in states:
         with open(path) as f:
             state = json.load(f)
-        assert state.pop("version") == 2
+        assert state.pop("version") == formats.LOADER_STATE_VERSION
         with open(path, "w") as f:
             json.dump(state, f)
     code, _, err = _run(capsys, "--workdir", workdir, "--steps", "4")
