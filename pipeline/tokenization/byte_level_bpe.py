@@ -169,10 +169,11 @@ def _pattern_of(pre_tokenizer: dict | None) -> tuple[str | None, str]:
 
 
 def _ranks(vocab: dict[str, int]) -> tuple[dict[bytes, int] | None, str]:
-    try:
-        ranks = {token_bytes(token): token_id for token, token_id in vocab.items()}
-    except ValueError as e:
-        return None, f"vocabulary: not byte-level: {e}"
+    try:  # `token_bytes` inlined: a call per token is a fifth of a second on 200,000 tokens
+        ranks = {t.translate(_TO_LATIN1).encode("latin-1"): i for t, i in vocab.items()}
+    except UnicodeEncodeError:
+        outside = next(t for t in vocab if max(t.translate(_TO_LATIN1), default="") > "\xff")
+        return None, f"vocabulary: not byte-level: token {outside!r} is outside the byte alphabet"
     missing = 256 - sum(1 for token in ranks if len(token) == 1)
     if missing:
         return None, f"vocabulary: {missing} of the 256 bytes are not tokens"

@@ -116,13 +116,20 @@ class HFTokenizer:
     library = "tokenizers"
 
     def __init__(
-        self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None
+        self,
+        path: str,
+        *,
+        bos_flag: str | None,
+        eos_flag: str | None,
+        name: str | None = None,
+        definition: object = None,
     ):
+        """`definition`: the file's JSON where the caller has parsed it already."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             with open(path, encoding="utf-8") as f:
                 self._text = f.read()
-            definition = json.loads(self._text)
+            definition = json.loads(self._text) if definition is None else definition
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
         except Exception as e:  # the library raises plain Exceptions
             raise TokenizerError(
