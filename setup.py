@@ -79,6 +79,11 @@ TEST = [
     "wheel>=0.40",
     "ruff>=0.15",
     "tensorboard>=2.16",
+    # Real ranks for the byte-level BPE tests, offline: cl100k_base and o200k_base ship with
+    # bpe-openai, Mistral's Tekken with mistral-common (1.8.5: later releases cap numpy below 2.4
+    # on Python < 3.13).
+    "bpe-openai>=0.1.4",
+    "mistral-common>=1.8.5",
 ]
 
 setup(

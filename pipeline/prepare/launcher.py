@@ -38,7 +38,7 @@ from pipeline.prepare.write.output_dir import (
     earlier_hub_revisions,
     prepare_output_dir,
 )
-from pipeline.tokenization import is_path_spec
+from pipeline.tokenization import is_path_spec, load_tokenizer
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
 from schemas.errors import UsageError
@@ -106,6 +106,12 @@ def _run_pending(
         f"tokenizer {plan.tokenizer.name}, dtype {plan.dtype}",
         file=sys.stderr,
     )
+    config = plan.config
+    note = load_tokenizer(
+        config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
+    ).engine_note
+    if note:  # which engine encodes a tokenizer.json, and why not tiktoken
+        print(f"prepare: tokenizer {note}", file=sys.stderr)
     started = time.time()
     with stage_runner(plan, output_dir, pipeline_args, verbose) as stages:
         cleaning_seconds = stages.clean()

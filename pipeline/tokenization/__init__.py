@@ -6,7 +6,8 @@
 - `tiktoken_backend`, `hf_backend`, `sentencepiece_backend`: the libraries that encode, each named
   by the library it wraps; `Tokenizer` is any of them. A `.model` is read by `sentencepiece_model`,
   its normalization rules by `sentencepiece_normalizer`, and `sentencepiece_split` says where its
-  long documents may be cut.
+  long documents may be cut. `byte_level_bpe` says when tiktoken gives a byte-level BPE
+  `tokenizer.json`'s ids, which `hf_backend` then encodes with.
 - `hub`: tokenizers of Hugging Face Hub models, pinned to a commit (`hf:ORG/NAME@SHA`).
 - `boundaries`: BOS and EOS, where one document ends and the next begins in ids; every backend
   applies it, and a `TokenizerError` from any module names the bad spec and its fix.

@@ -8,6 +8,12 @@ from the tokenizer's own convention (see `boundary_of`), added around each docum
 A document longer than `long_text.PIECE_CHARS` is encoded in pieces whose ids join to its own (see
 `long_text`): the library holds about 130 bytes per character while it encodes.
 
+A byte-level BPE file that tiktoken's engine encodes identically (see `byte_level_bpe`: ranks, split
+pattern and normalizer read from the file, and a probe text that gave equal ids both ways as it
+loaded) is encoded by tiktoken, several times faster; `engine_note` says which engine encodes and,
+for the library, why. The ids, and so the dataset and its identity, are the same either way;
+`TOKSHARDS_BPE_ENGINE=tokenizers` keeps every file on the library.
+
 Prepare runs one worker process per core, so the library's own thread pool is turned off in this
 process (`TOKENIZERS_PARALLELISM=false`, read at each batch encode): a pool per worker would put
 cores times cores threads on the machine.
@@ -20,6 +26,7 @@ import json
 import os
 
 import numpy as np
+import tiktoken
 import tokenizers
 
 from pipeline.tokenization.boundaries import (
@@ -29,7 +36,9 @@ from pipeline.tokenization.boundaries import (
     piece_ids,
     resolve_boundary,
 )
+from pipeline.tokenization.byte_level_bpe import PROBE, tiktoken_parts
 from pipeline.tokenization.long_text import PIECE_CHARS, encode_in_pieces
+from pipeline.tokenization.tiktoken_backend import TiktokenDocuments, encode_document
 from schemas.manifest import TokenizerInfo
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -38,6 +47,9 @@ CONFIG_FILE = "tokenizer_config.json"  # beside it, as `transformers` saves it
 # than its ids (tokens as strings, offsets, masks), so a unit's whole batch at once would hold
 # hundreds of bytes per token; these are turned into uint32 ids before the next call.
 ENCODE_BATCH = 4096
+# Set to "tokenizers" to encode every tokenizer.json with the library, even where tiktoken would
+# give the same ids: to compare the two engines, or to rule tiktoken out.
+ENGINE_ENV = "TOKSHARDS_BPE_ENGINE"
 
 
 def _token_text(value: object) -> str | None:
@@ -104,13 +116,20 @@ class HFTokenizer:
     library = "tokenizers"
 
     def __init__(
-        self, path: str, *, bos_flag: str | None, eos_flag: str | None, name: str | None = None
+        self,
+        path: str,
+        *,
+        bos_flag: str | None,
+        eos_flag: str | None,
+        name: str | None = None,
+        definition: object = None,
     ):
+        """`definition`: the file's JSON where the caller has parsed it already."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             with open(path, encoding="utf-8") as f:
                 self._text = f.read()
-            definition = json.loads(self._text)
+            definition = json.loads(self._text) if definition is None else definition
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
         except Exception as e:  # the library raises plain Exceptions
             raise TokenizerError(
@@ -140,6 +159,9 @@ class HFTokenizer:
             bos_flag=bos_flag,
             eos_flag=eos_flag,
         )
+        self._normalizer: tokenizers.normalizers.Normalizer | None = None
+        self._fast, self.engine_note = self._tiktoken_engine(definition, specials)
+        self.engine = self.library if self._fast is None else "tiktoken"
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.info = TokenizerInfo(
             name=name or os.path.basename(os.path.dirname(os.path.abspath(path))) or TOKENIZER_FILE,
@@ -152,6 +174,56 @@ class HFTokenizer:
             bos_id=self.boundary.bos_id,
             boundary=self.boundary.describe(),
         )
+
+    def _tiktoken_engine(
+        self, definition: dict, specials: set[str]
+    ) -> tuple[TiktokenDocuments | None, str]:
+        """tiktoken's encoding of this file where it gives the library's ids, and the line that
+        says which engine encodes (and why not tiktoken)."""
+        if os.environ.get(ENGINE_ENV) == self.library:
+            return None, f"{ENGINE_ENV}={self.library}; encoded by {self.library}"
+        parts = tiktoken_parts(definition)
+        if isinstance(parts, str):
+            return None, f"{parts}; encoded by {self.library}"
+        boundary = {self.boundary.eos_token: self.boundary.eos_id}
+        if self.boundary.bos_token is not None:
+            boundary[self.boundary.bos_token] = self.boundary.bos_id
+        self._normalizer = self._tokenizer.normalizer if parts.normalizes else None
+
+        def encoding() -> tiktoken.Encoding:
+            return tiktoken.Encoding(
+                name=self.library,
+                pat_str=parts.pattern,
+                mergeable_ranks=parts.ranks,
+                special_tokens=boundary,
+            )
+
+        # The probe is encoded by an encoding of its own: one that has encoded before prepare forks
+        # its workers encodes a quarter slower in every one of them (measured; its regex caches).
+        probe = PROBE + " ".join(sorted(specials))
+        expected = self._encode_batch([probe])[0]
+        got = encode_document(encoding(), self._normalized([probe])[0]).tolist()
+        if got != expected:
+            at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), len(expected))
+            return None, (
+                f"the probe text's ids differ from the library's at token {at}; encoded by "
+                f"{self.library}"
+            )
+        fast = TiktokenDocuments(encoding(), self.boundary)
+        return fast, "encoded by tiktoken with the ranks, split pattern and ids of the file"
+
+    def _normalized(self, texts: list[str]) -> list[str]:
+        """Texts as the file's normalizer leaves them, by the library's own normalizer: a Unicode
+        normal form changes no ASCII text, so only the others are passed to it."""
+        if self._normalizer is None:
+            return texts
+        return [t if t.isascii() else self._normal_form(t) for t in texts]
+
+    def _normal_form(self, text: str) -> str:
+        try:
+            return self._normalizer.normalize_str(text)
+        except UnicodeEncodeError:  # a lone surrogate, which the library's encode replaces too
+            return self._normalizer.normalize_str(_without_surrogates([text])[0])
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         try:
@@ -177,6 +249,8 @@ class HFTokenizer:
         ]
 
     def encode_ordinary(self, text: str) -> list[int]:
+        if self._fast is not None:
+            return encode_document(self._fast.encoding, self._normalized([text])[0]).tolist()
         return encode_in_pieces(text, self._encode_one).tolist()
 
     def decode(self, ids: list[int]) -> str:
@@ -184,6 +258,8 @@ class HFTokenizer:
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """`[BOS] + ids + [EOS]` for every document, concatenated, and their lengths."""
+        if self._fast is not None:
+            return self._fast.encode_documents(self._normalized(texts))
         if len(texts) <= ENCODE_BATCH:
             return join_documents(self._encode(texts), self.boundary)
         parts = [
@@ -195,6 +271,8 @@ class HFTokenizer:
         )
 
     def encode_piece(self, text: str, *, first: bool) -> tuple[np.ndarray, np.ndarray]:
+        if self._fast is not None:
+            return self._fast.encode_piece(self._normalized([text])[0], first=first)
         return piece_ids(encode_in_pieces(text, self._encode_one), self.boundary, first=first)
 
     def save(self, directory: str) -> str:

@@ -78,6 +78,7 @@ class SentencePieceTokenizer:
     """
 
     library = "sentencepiece"
+    engine_note = None  # the library named is the one that encodes
 
     def __init__(
         self,

@@ -57,15 +57,14 @@ def _is_rank_file(path: str) -> bool:
     return re.fullmatch(rb"[A-Za-z0-9+/]+=* \d+", first) is not None
 
 
-def _is_tiktoken_spec(path: str) -> bool:
-    if path.endswith(".toml"):
-        return True
+def _read_json(path: str) -> object:
+    """A JSON tokenizer file, parsed once: a spec file, or a `tokenizer.json` whose parse (a second
+    or more for a large vocabulary) `HFTokenizer` then reuses."""
     try:
         with open(path, encoding="utf-8") as f:
-            head = json.load(f)
+            return json.load(f)
     except (OSError, ValueError) as e:
         raise TokenizerError(f"tokenizer file {path!r} is not JSON: {e}") from None
-    return isinstance(head, dict) and all(k in head for k in SPEC_KEYS)
 
 
 @functools.cache
@@ -103,9 +102,12 @@ def load_tokenizer(
         )
     if spec.endswith(".model") or looks_like_model(spec):
         return SentencePieceTokenizer(spec, **flags)
-    if _is_tiktoken_spec(spec):
+    if spec.endswith(".toml"):
         return TiktokenTokenizer.from_spec_file(spec, **flags)
-    return HFTokenizer(spec, **flags)
+    head = _read_json(spec)
+    if isinstance(head, dict) and all(k in head for k in SPEC_KEYS):
+        return TiktokenTokenizer.from_spec_file(spec, **flags)
+    return HFTokenizer(spec, definition=head, **flags)
 
 
 def tokenizer_info(

@@ -117,69 +117,20 @@ def vocab_sha256(encoding: tiktoken.Encoding) -> str:
     return h.hexdigest()
 
 
-class TiktokenTokenizer:
-    """A tiktoken encoding with its document boundary rule."""
+class TiktokenDocuments:
+    """Documents encoded by a tiktoken encoding between their boundary ids, many in one call.
 
-    library = "tiktoken"
+    The encoding's special tokens must include the boundary tokens, with the boundary ids."""
 
-    def __init__(
-        self,
-        encoding: tiktoken.Encoding,
-        spec: str,
-        boundary: Boundary,
-        spec_file: dict | None = None,
-    ):
+    def __init__(self, encoding: tiktoken.Encoding, boundary: Boundary):
         self.encoding = encoding
         self.boundary = boundary
-        self._spec = spec
-        self._spec_file = spec_file
         # Between documents: the EOS, then the next one's BOS; tiktoken encodes the text between
         # allowed special tokens independently, so a run of documents joined by them is one call.
         self._separator = boundary.eos_token + (boundary.bos_token or "")
         self._specials = {boundary.eos_token} | (
             {boundary.bos_token} if boundary.bos_token else set()
         )
-        self.info = TokenizerInfo(
-            name=encoding.name,
-            vocab_sha256=vocab_sha256(encoding),
-            n_vocab=encoding.n_vocab,
-            eot_id=boundary.eos_id,
-            tiktoken_version=tiktoken.__version__,
-            library=self.library,
-            library_version=tiktoken.__version__,
-            bos_id=boundary.bos_id,
-            boundary=boundary.describe(),
-        )
-
-    @classmethod
-    def named(cls, name: str, *, bos_flag: str | None, eos_flag: str | None) -> TiktokenTokenizer:
-        encoding = load_encoding(name)
-        eos = ENDOFTEXT if ENDOFTEXT in encoding.special_tokens_set else None
-        boundary = _boundary(encoding, name, None, eos, f"tiktoken's {name}", bos_flag, eos_flag)
-        return cls(encoding, name, boundary)
-
-    @classmethod
-    def from_spec_file(
-        cls, path: str, *, bos_flag: str | None, eos_flag: str | None
-    ) -> TiktokenTokenizer:
-        spec = read_spec_file(path)
-        encoding = encoding_of_spec(path, spec)
-        boundary = _boundary(
-            encoding,
-            path,
-            spec.get("bos_token"),
-            spec.get("eos_token"),
-            os.path.basename(path),
-            bos_flag,
-            eos_flag,
-        )
-        return cls(encoding, path, boundary, spec)
-
-    def encode_ordinary(self, text: str) -> list[int]:
-        return encode_document(self.encoding, text).tolist()
-
-    def decode(self, ids: list[int]) -> str:
-        return self.encoding.decode(ids)
 
     def encode_documents(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Equal to `[BOS] + encode_ordinary(doc) + [EOS]` for every document, concatenated, and
@@ -226,6 +177,65 @@ class TiktokenTokenizer:
                 ]
             )
         return flat
+
+
+class TiktokenTokenizer(TiktokenDocuments):
+    """A tiktoken encoding with its document boundary rule."""
+
+    library = "tiktoken"
+    engine_note = None  # the library named is the one that encodes
+
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        spec: str,
+        boundary: Boundary,
+        spec_file: dict | None = None,
+    ):
+        super().__init__(encoding, boundary)
+        self._spec = spec
+        self._spec_file = spec_file
+        self.info = TokenizerInfo(
+            name=encoding.name,
+            vocab_sha256=vocab_sha256(encoding),
+            n_vocab=encoding.n_vocab,
+            eot_id=boundary.eos_id,
+            tiktoken_version=tiktoken.__version__,
+            library=self.library,
+            library_version=tiktoken.__version__,
+            bos_id=boundary.bos_id,
+            boundary=boundary.describe(),
+        )
+
+    @classmethod
+    def named(cls, name: str, *, bos_flag: str | None, eos_flag: str | None) -> TiktokenTokenizer:
+        encoding = load_encoding(name)
+        eos = ENDOFTEXT if ENDOFTEXT in encoding.special_tokens_set else None
+        boundary = _boundary(encoding, name, None, eos, f"tiktoken's {name}", bos_flag, eos_flag)
+        return cls(encoding, name, boundary)
+
+    @classmethod
+    def from_spec_file(
+        cls, path: str, *, bos_flag: str | None, eos_flag: str | None
+    ) -> TiktokenTokenizer:
+        spec = read_spec_file(path)
+        encoding = encoding_of_spec(path, spec)
+        boundary = _boundary(
+            encoding,
+            path,
+            spec.get("bos_token"),
+            spec.get("eos_token"),
+            os.path.basename(path),
+            bos_flag,
+            eos_flag,
+        )
+        return cls(encoding, path, boundary, spec)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return encode_document(self.encoding, text).tolist()
+
+    def decode(self, ids: list[int]) -> str:
+        return self.encoding.decode(ids)
 
     def save(self, directory: str) -> str:
         """What loads this tokenizer again from `directory` alone: a name, or a copied spec file."""

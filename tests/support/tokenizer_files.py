@@ -11,6 +11,7 @@ from tiktoken_ext import openai_public
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from pipeline.corpus import write_corpus
+from pipeline.tokenization.byte_level_bpe import token_bytes
 
 SPECIALS = ["<|endoftext|>", "<s>", "</s>"]
 
@@ -71,35 +72,16 @@ def shifted(source: str, directory: str, offset: int) -> str:
     return path
 
 
-def _byte_of_char() -> dict[str, int]:
-    """The inverse of GPT-2's byte-to-character table that byte-level BPE vocabularies are written
-    in."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
 def write_tiktoken_spec(hf_path: str, directory: str, suffix: str = ".json") -> str:
     """The BPE of `hf_path` as a `.tiktoken` rank file (rank = id) and a spec file naming it, with
     the GPT-2 split pattern (that of the byte-level pre-tokenizer) and the same special tokens."""
     with open(hf_path, encoding="utf-8") as f:
         definition = json.load(f)
-    byte_of = _byte_of_char()
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "trained.tiktoken"), "w") as f:
         for token, rank in sorted(definition["model"]["vocab"].items(), key=lambda kv: kv[1]):
             if token not in SPECIALS:
-                f.write(f"{base64.b64encode(bytes(byte_of[c] for c in token)).decode()} {rank}\n")
+                f.write(f"{base64.b64encode(token_bytes(token)).decode()} {rank}\n")
     specials = {t["content"]: t["id"] for t in definition["added_tokens"]}
     path = os.path.join(directory, "trained" + suffix)
     if suffix == ".toml":
