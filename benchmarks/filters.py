@@ -117,8 +117,8 @@ def _cold_seconds(names: list[str], corpus: str, seed: int, count: int) -> float
     code = (
         "import sys, time; sys.path[:0] = ['tests', '.'];"
         "sys.path.insert(0, 'benchmarks'); from filters import corpus_of;"
-        "from pipeline.prepare.clean.fast_filters import FastFilters;"
-        "from pipeline.prepare.clean.quality_filters import preload; preload('fast');"
+        "from pipeline.prepare.clean.quality.fast_filters import FastFilters;"
+        "from pipeline.prepare.clean.quality.quality_filters import preload; preload('fast');"
         f"docs = corpus_of({corpus!r}, {seed}, {count}); f = FastFilters({names!r}, {{}});"
         "started = time.process_time(); f.judge_many(docs); print(time.process_time() - started)"
     )
@@ -137,7 +137,7 @@ def corpus_of(kind: str, seed: int, count: int) -> list[str]:
 
 
 def per_core(rounds: int) -> None:
-    from pipeline.prepare.clean.quality_filters import quality_filters
+    from pipeline.prepare.clean.quality.quality_filters import quality_filters
     from pipeline.tokenization.tiktoken_backend import load_encoding
 
     encoding = load_encoding("gpt2")

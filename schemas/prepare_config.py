@@ -32,7 +32,7 @@ DEFAULT_NEAR_NGRAM = 5
 DEFAULT_NEAR_BANDS = 14
 DEFAULT_NEAR_ROWS = 8
 MAX_NEAR_HASHES = 1024
-# datatrove's filters by the names `--filter` takes (pipeline/prepare/clean/quality_filters.py).
+# datatrove's filters by the names `--filter` takes (clean/quality/quality_filters.py).
 FILTER_NAMES = ("gopher-quality", "gopher-repetition", "c4", "fineweb")
 # How the filters run: the rules written for speed, or datatrove's own classes (the exact mode).
 FILTER_IMPLS = ("fast", "datatrove")

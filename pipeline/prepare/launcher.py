@@ -23,9 +23,13 @@ from pipeline.cli.arguments import add_settings
 from pipeline.cli.commands import HelpFormatter
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset import storage
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.clean.dry_run import dry_run_report
-from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.clean.quality_filters import FilterError, check_filters, parse_parameter
+from pipeline.prepare.clean.quality.quality_filters import (
+    FilterError,
+    check_filters,
+    parse_parameter,
+)
 from pipeline.prepare.clean.removals import cleans
 from pipeline.prepare.execution import beam_options
 from pipeline.prepare.execution.worker_environment import package_versions

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare.clean import unit_fingerprints
-from pipeline.prepare.clean.quality_filters import (
+from pipeline.prepare.clean.quality.quality_filters import (
     TOO_LONG,
     FilterError,
     parameters,

@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.edits import write_edits
-from pipeline.prepare.clean.eval_sets import EvalSet, eval_set
-from pipeline.prepare.clean.fingerprints import (
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet, eval_set
+from pipeline.prepare.clean.dedup.fingerprints import (
     ExactKey,
     MinHasher,
     NgramStream,
@@ -32,7 +31,8 @@ from pipeline.prepare.clean.fingerprints import (
     ngram_hashes,
     word_hashes,
 )
-from pipeline.prepare.clean.quality_filters import TOO_LONG, Filters
+from pipeline.prepare.clean.edits import write_edits
+from pipeline.prepare.clean.quality.quality_filters import TOO_LONG, Filters
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long

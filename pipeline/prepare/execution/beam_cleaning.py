@@ -21,14 +21,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.prepare.clean.eval_matches import (
+from pipeline.prepare.clean.decontamination.eval_matches import (
     add_counts,
     common_ngrams,
     contaminated,
     write_eval_matches,
 )
-from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality_filters import Filters, preload, quality_filters
+from pipeline.prepare.clean.dedup.key_buckets import bucket_count, bucket_duplicates, unit_keys
+from pipeline.prepare.clean.quality.quality_filters import Filters, preload, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import (
     UnitFingerprints,

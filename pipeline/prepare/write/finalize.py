@@ -15,10 +15,10 @@ import os
 
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import shard_sizes
-from pipeline.prepare.clean.eval_matches import read_eval_matches
-from pipeline.prepare.clean.eval_sets import EvalSet
+from pipeline.prepare.clean.decontamination.eval_matches import read_eval_matches
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet
+from pipeline.prepare.clean.decontamination.report import common_ngrams_report
 from pipeline.prepare.clean.removals import cleans, write_removals_file
-from pipeline.prepare.clean.report import common_ngrams_report
 from pipeline.prepare.planning import Plan
 from pipeline.prepare.read.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from pipeline.prepare.clean.word_cache import WordCache, Words
-from pipeline.prepare.clean.word_chunks import chunks
+from pipeline.prepare.clean.quality.word_cache import WordCache, Words
+from pipeline.prepare.clean.quality.word_chunks import chunks
 
 _LAST = operator.itemgetter(-1)
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.prepare.clean.c4_quality import C4Quality
-from pipeline.prepare.clean.fineweb_quality import FineWebQuality
-from pipeline.prepare.clean.gopher_quality import GopherQuality
-from pipeline.prepare.clean.gopher_repetition import GopherRepetition
-from pipeline.prepare.clean.quality_filters import RULE_ERRORS, removal_reason, rule_failed
-from pipeline.prepare.clean.word_cache import WordCache, Words
-from pipeline.prepare.clean.word_chunks import chunks
+from pipeline.prepare.clean.quality.c4_quality import C4Quality
+from pipeline.prepare.clean.quality.fineweb_quality import FineWebQuality
+from pipeline.prepare.clean.quality.gopher_quality import GopherQuality
+from pipeline.prepare.clean.quality.gopher_repetition import GopherRepetition
+from pipeline.prepare.clean.quality.quality_filters import RULE_ERRORS, removal_reason, rule_failed
+from pipeline.prepare.clean.quality.word_cache import WordCache, Words
+from pipeline.prepare.clean.quality.word_chunks import chunks
 
 RULES = {
     "gopher-quality": GopherQuality,

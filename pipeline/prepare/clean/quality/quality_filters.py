@@ -63,7 +63,7 @@ def rule_failed(name: str, error: Exception) -> FilterError:
 def _rules(name: str) -> type:
     if name not in FILTER_NAMES:
         raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
-    from pipeline.prepare.clean.fast_filters import RULES
+    from pipeline.prepare.clean.quality.fast_filters import RULES
 
     return RULES[name]
 
@@ -102,10 +102,10 @@ def quality_filters(
             f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
         )
     if impl == "datatrove":
-        from pipeline.prepare.clean.datatrove_filters import DatatroveFilters
+        from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
 
         return DatatroveFilters(names, params)
-    from pipeline.prepare.clean.fast_filters import FastFilters
+    from pipeline.prepare.clean.quality.fast_filters import FastFilters
 
     return FastFilters(names, params)
 
@@ -114,7 +114,7 @@ def preload(impl: str) -> None:
     """Loads what the filters of an implementation judge with: spaCy's English pipeline (the fast
     filters' own copy, or datatrove's), whose import takes most of a second."""
     if impl == "fast":
-        from pipeline.prepare.clean.word_cache import english
+        from pipeline.prepare.clean.quality.word_cache import english
 
         english()
     else:

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.prepare.clean.quality_filters import (
+from pipeline.prepare.clean.quality.quality_filters import (
     FILTER_NAMES,
     INSTALL_HINT,
     RULE_ERRORS,
@@ -79,7 +79,7 @@ class DatatroveFilters:
         from datatrove.data import Document
         from datatrove.pipeline.filters.base_filter import get_filter_result
 
-        from pipeline.prepare.clean.shared_words import SharedWords
+        from pipeline.prepare.clean.quality.shared_words import SharedWords
 
         words = SharedWords()
         self._filters = [

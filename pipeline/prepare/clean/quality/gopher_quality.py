@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.prepare.clean.word_cache import Words
+from pipeline.prepare.clean.quality.word_cache import Words
 
 # datatrove's (GopherQualityFilter's STOP_WORDS; tests/prepare/test_fast_filters.py compares them).
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
