@@ -18,12 +18,12 @@ import pytest
 from datatrove.utils.text import split_into_sentences
 from datatrove.utils.word_tokenizers import load_word_tokenizer
 
+from pipeline.prepare.clean.judgments import FilterError
 from pipeline.prepare.clean.quality import c4_quality, gopher_quality
 from pipeline.prepare.clean.quality.c4_quality import sentence_counts
 from pipeline.prepare.clean.quality.datatrove_filters import class_parameters
 from pipeline.prepare.clean.quality.fast_filters import FastFilters
 from pipeline.prepare.clean.quality.quality_filters import (
-    FilterError,
     check_filters,
     parameters,
     quality_filters,

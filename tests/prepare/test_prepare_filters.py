@@ -15,9 +15,8 @@ import pytest
 
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare.clean import unit_fingerprints
+from pipeline.prepare.clean.judgments import TOO_LONG, FilterError
 from pipeline.prepare.clean.quality.quality_filters import (
-    TOO_LONG,
-    FilterError,
     parameters,
     parse_parameter,
     quality_filters,

@@ -32,7 +32,7 @@ from pipeline.prepare.clean.dedup.fingerprints import (
     word_hashes,
 )
 from pipeline.prepare.clean.edits import write_edits
-from pipeline.prepare.clean.quality.quality_filters import TOO_LONG, Filters
+from pipeline.prepare.clean.judgments import TOO_LONG, Filters
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long

@@ -28,7 +28,8 @@ from pipeline.prepare.clean.decontamination.eval_matches import (
     write_eval_matches,
 )
 from pipeline.prepare.clean.dedup.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality.quality_filters import Filters, preload, quality_filters
+from pipeline.prepare.clean.judgments import Filters
+from pipeline.prepare.clean.quality.quality_filters import preload, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import (
     UnitFingerprints,

@@ -14,14 +14,14 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.prepare.clean.quality.quality_filters import (
-    FILTER_NAMES,
+from pipeline.prepare.clean.judgments import (
     INSTALL_HINT,
     RULE_ERRORS,
     FilterError,
     removal_reason,
     rule_failed,
 )
+from schemas.prepare_config import FILTER_NAMES
 
 CLASSES = dict(
     zip(

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.prepare.clean.judgments import RULE_ERRORS, removal_reason, rule_failed
 from pipeline.prepare.clean.quality.c4_quality import C4Quality
 from pipeline.prepare.clean.quality.fineweb_quality import FineWebQuality
 from pipeline.prepare.clean.quality.gopher_quality import GopherQuality
 from pipeline.prepare.clean.quality.gopher_repetition import GopherRepetition
-from pipeline.prepare.clean.quality.quality_filters import RULE_ERRORS, removal_reason, rule_failed
 from pipeline.prepare.clean.quality.word_cache import WordCache, Words
 from pipeline.prepare.clean.quality.word_chunks import chunks
 

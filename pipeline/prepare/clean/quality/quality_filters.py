@@ -22,49 +22,19 @@ import dataclasses
 import importlib.util
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from schemas.errors import UsageError
+from pipeline.prepare.clean.judgments import INSTALL_HINT, FilterError, Filters
+from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
+from pipeline.prepare.clean.quality.fast_filters import RULES, FastFilters
 from schemas.prepare_config import FILTER_IMPLS, FILTER_NAMES
 
-PREFIX = "filter:"
-# A document longer than `filter_max_document_bytes` is not read whole: it is removed for that.
-TOO_LONG = "filter:too_long"
-INSTALL_HINT = "install the filters extra: pip install -e '.[filters]'"
 CHECK_DOCUMENT = "A check of the filters' parameters."
-
-
-class FilterError(UsageError, ValueError):
-    """A filter or parameter that cannot be used, said in one line."""
-
-
-class Filters(Protocol):
-    def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
-        """For each text: the reason of the first filter that removes it and the text, or None and
-        the text as the filters leave it."""
-
-
-def removal_reason(name: str, why: str | None) -> str:
-    return f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"
-
-
-# What a filter raises on a document its parameters make it fail on (a division by no words, say).
-RULE_ERRORS = (TypeError, ValueError, ZeroDivisionError)
-
-
-def rule_failed(name: str, error: Exception) -> FilterError:
-    """The error of a run whose filter `name` raised `error` (one of RULE_ERRORS) on a document."""
-    return FilterError(
-        f"filter {name} failed on a document ({type(error).__name__}: {error}); check its "
-        "parameters"
-    )
 
 
 def _rules(name: str) -> type:
     if name not in FILTER_NAMES:
         raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
-    from pipeline.prepare.clean.quality.fast_filters import RULES
-
     return RULES[name]
 
 
@@ -102,11 +72,7 @@ def quality_filters(
             f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
         )
     if impl == "datatrove":
-        from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
-
         return DatatroveFilters(names, params)
-    from pipeline.prepare.clean.quality.fast_filters import FastFilters
-
     return FastFilters(names, params)
 
 
