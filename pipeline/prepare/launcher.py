@@ -31,6 +31,7 @@ from pipeline.prepare.clean.quality.quality_filters import (
     parse_parameter,
 )
 from pipeline.prepare.clean.removals import cleans
+from pipeline.prepare.clean.web.fasttext_models import pinned
 from pipeline.prepare.execution import beam_options
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.planning import Plan, make_plan, worker_extras
@@ -164,11 +165,27 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(PrepareConfig)}
     config = PrepareConfig(**{**values, "filter_params": _filter_params(args.filter_params)})
     if config.filters or config.filter_params:
-        check_filters(config.filters, config.filter_params, config.filter_impl)
+        config = _pinned_models(config)
+        check_filters(
+            config.filters, config.filter_params, config.filter_impl, config.language_model
+        )
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
     if is_hub_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=pin(config.tokenizer))
+    return config
+
+
+def _pinned_models(config: PrepareConfig) -> PrepareConfig:
+    """The web filters' fastText models as the config records them: a file by its absolute path, a
+    hub file by the commit its revision names now."""
+    if config.language_model:
+        config = dataclasses.replace(config, language_model=pinned(config.language_model))
+    classifier = config.filter_params.get("fasttext", {})
+    if classifier.get("model_url"):
+        params = {**config.filter_params, "fasttext": {**classifier}}
+        params["fasttext"]["model_url"] = pinned(str(classifier["model_url"]))
+        config = dataclasses.replace(config, filter_params=params)
     return config
 
 

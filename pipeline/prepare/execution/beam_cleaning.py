@@ -56,7 +56,7 @@ class FingerprintUnitFn(beam.DoFn):
         config = self._context.config
         if config.filters:
             self._filters = quality_filters(
-                config.filters, config.filter_params, config.filter_impl
+                config.filters, config.filter_params, config.filter_impl, config.language_model
             )
 
     def process(self, unit: WorkUnit) -> list:
@@ -144,7 +144,14 @@ class WriteRemovalListFn(beam.DoFn):
         found = with_retries(lambda: read_fingerprints(unit, self._context))
         entries = removal_entries(candidates, removed, found.filtered)
         write_removal_list(
-            self._context.output_dir, unit, documents, entries, found.locations, found.ids
+            self._context.output_dir,
+            unit,
+            documents,
+            entries,
+            found.locations,
+            found.ids,
+            found.languages,
+            found.pii,
         )
         self._removed.inc(len(entries))
         return [unit]

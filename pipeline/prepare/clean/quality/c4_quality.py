@@ -90,6 +90,7 @@ class C4Quality:
     filter_policy: bool = True
 
     needs_words = False
+    web = False
 
     def check(self, text: str) -> None:
         """Runs every rule on a check document's lines (its sentences counted as its lines): what

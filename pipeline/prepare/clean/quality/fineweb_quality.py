@@ -35,6 +35,7 @@ class FineWebQuality:
     new_line_ratio: float = 0.3
 
     needs_words = False
+    web = False
 
     def __post_init__(self) -> None:
         if self.stop_chars is None:

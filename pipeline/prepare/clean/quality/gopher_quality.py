@@ -43,6 +43,7 @@ class GopherQuality:
     stop_words: list[str] | None = None
 
     needs_words = True
+    web = False
 
     def stop_word_list(self) -> list[str]:
         # datatrove compares the words with `set(stop_words)`: what is not a string matches none

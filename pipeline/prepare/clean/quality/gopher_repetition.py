@@ -128,6 +128,7 @@ class GopherRepetition:
     )
 
     needs_words = True
+    web = False
 
     def __post_init__(self) -> None:
         if any(int(n) < 1 for n, _ in (*self.top_n_grams, *self.dup_n_grams)):

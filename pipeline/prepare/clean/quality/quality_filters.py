@@ -27,14 +27,14 @@ from typing import Any
 from pipeline.prepare.clean.judgments import INSTALL_HINT, FilterError, Filters
 from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
 from pipeline.prepare.clean.quality.fast_filters import RULES, FastFilters
-from schemas.prepare_config import FILTER_IMPLS, FILTER_NAMES
+from schemas.prepare_config import ALL_FILTER_NAMES, FILTER_IMPLS
 
 CHECK_DOCUMENT = "A check of the filters' parameters."
 
 
 def _rules(name: str) -> type:
-    if name not in FILTER_NAMES:
-        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
+    if name not in ALL_FILTER_NAMES:
+        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(ALL_FILTER_NAMES)}")
     return RULES[name]
 
 
@@ -61,9 +61,13 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
 
 
 def quality_filters(
-    names: Sequence[str], params: Mapping[str, Mapping[str, Any]], impl: str
+    names: Sequence[str],
+    params: Mapping[str, Mapping[str, Any]],
+    impl: str,
+    language_model: str | None = None,
 ) -> Filters:
-    """The run's filters, by the implementation asked for (one of FILTER_IMPLS)."""
+    """The run's filters, by the implementation asked for (one of FILTER_IMPLS), with the language
+    identifier of `--filter language`."""
     if impl not in FILTER_IMPLS:
         raise FilterError(f"unknown filter implementation {impl!r}; expected one of {FILTER_IMPLS}")
     missing = [name for name in ("datatrove", "spacy") if importlib.util.find_spec(name) is None]
@@ -72,8 +76,8 @@ def quality_filters(
             f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
         )
     if impl == "datatrove":
-        return DatatroveFilters(names, params)
-    return FastFilters(names, params)
+        return DatatroveFilters(names, params, language_model)
+    return FastFilters(names, params, language_model)
 
 
 def preload(impl: str) -> None:
@@ -90,9 +94,15 @@ def preload(impl: str) -> None:
         _ = load_word_tokenizer(Languages.english).tokenizer  # built on first use
 
 
-def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> None:
-    """Refuses unknown filters and parameters, parameters of filters not asked for, and values the
-    filters do not take, before any unit runs."""
+def check_filters(
+    names: list[str],
+    params: Mapping[str, Mapping[str, Any]],
+    impl: str,
+    language_model: str | None = None,
+) -> None:
+    """Refuses unknown filters and parameters, parameters of filters not asked for, values the
+    filters do not take, and models that cannot be used (missing, unreadable, of another kind,
+    without the labels asked for), before any unit runs."""
     if len(set(names)) != len(names):
         raise FilterError(f"a filter is named twice (got {names=})")
     for name in names:
@@ -110,7 +120,7 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], imp
                 f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}"
             )
     try:
-        filters = quality_filters(names, params, impl)
+        filters = quality_filters(names, params, impl, language_model)
     except (TypeError, ValueError) as e:
         if isinstance(e, FilterError):
             raise
