@@ -213,7 +213,7 @@ def _run_pending(
     )
     started = time.time()
     with stage_runner(plan, output_dir, pipeline_args, verbose) as stages:
-        cleaning_seconds = stages.clean()
+        cleaning_seconds = stages.clean(dry_run)
         if dry_run:
             return {"report": dry_run_report(stages.context, list(plan.units))}
         restarts = stages.tokenize(pending, done)

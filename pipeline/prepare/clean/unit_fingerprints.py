@@ -39,8 +39,7 @@ from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
-from pipeline.prepare.tokenize.unit import check_unchanged
-from pipeline.prepare.units import WorkUnit
+from pipeline.prepare.units import WorkUnit, check_unchanged
 from schemas import formats
 from schemas.prepare_config import PrepareConfig
 
