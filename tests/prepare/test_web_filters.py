@@ -36,7 +36,14 @@ def _datatrove_language_rule(text: str, languages: list[str] | None, threshold: 
 
 @pytest.mark.slow  # the agreement runs: some 20 s in all
 @pytest.mark.parametrize(
-    "languages, threshold", [(["en"], 0.65), (["fr", "de", "es", "ru"], 0.5), (None, 0.65)]
+    "languages, threshold",
+    [
+        (["en"], 0.65),
+        (["fr", "de", "es", "ru"], 0.5),
+        (None, 0.65),
+        (["de", "en"], 0.0),
+        (["en"], -1.0),
+    ],
 )
 def test_language_id_keeps_what_fasttext_with_datatrove_s_rule_keeps(languages, threshold):
     params = {"language": {"languages": languages, "language_threshold": threshold}}
@@ -47,7 +54,8 @@ def test_language_id_keeps_what_fasttext_with_datatrove_s_rule_keeps(languages, 
     agree = sum((why is None) == kept for (why, _), (kept, _, _) in zip(judged, expected))
     assert agree / len(DOCUMENTS) >= 0.999
     assert [(n["language"], n["language_score"]) for n in notes] == [e[1:] for e in expected]
-    assert {why for why, _ in judged} == {None, "filter:language"}
+    # A negative threshold keeps all: datatrove scores a language fastText leaves out 0.
+    assert {why for why, _ in judged} == ({None} if threshold < 0 else {None, "filter:language"})
 
 
 class _NumpyFastText(_FastText):

@@ -20,7 +20,7 @@ from pipeline.prepare.clean.removals import removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
-from schemas.prepare_config import PrepareConfig
+from schemas.prepare_config import FILTER_NAMES, PrepareConfig
 
 
 def judges_while_tokenizing(config: PrepareConfig) -> bool:
@@ -39,8 +39,10 @@ def worker_filters(config: PrepareConfig) -> Filters:
 
 
 def preload_filters(config: PrepareConfig) -> None:
-    """What the filters judge with (spaCy's words, the fastText models), loaded once."""
-    preload(config.filter_impl)
+    """What the filters judge with, loaded once: the fastText models, and spaCy's words (most of a
+    second to import) where a quality filter splits words."""
+    if set(config.filters) & set(FILTER_NAMES):
+        preload(config.filter_impl)
     worker_filters(config)
 
 

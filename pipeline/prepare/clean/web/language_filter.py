@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.prepare.clean.judgments import FilterError, Judged
-from pipeline.prepare.clean.web.fasttext_models import FastTextModel, load, pinned
+from pipeline.prepare.clean.web.fasttext_models import LABEL_PREFIX, FastTextModel, load, pinned
 
 
 @dataclasses.dataclass
@@ -31,6 +31,7 @@ class LanguageRule:
         if isinstance(self.languages, str):
             self.languages = [self.languages]
         self._model: FastTextModel | None = None
+        self._wanted = frozenset(LABEL_PREFIX + language for language in self.languages or ())
 
     def use(self, language_model: str | None) -> None:
         """Loads the model (once per process) and checks the languages asked for are its labels."""
@@ -51,14 +52,24 @@ class LanguageRule:
         return [self._judge(text) for text in texts]
 
     def _judge(self, text: str) -> Judged:
-        scores = self._model.scores(text.replace("\n", " "))
-        language, score = max(scores.items(), key=lambda item: item[1])
-        if self.languages:
-            kept = any(
-                scores.get(wanted, 0.0) > self.language_threshold for wanted in self.languages
-            )
+        # fastText's labels come best first: the best is the first, and a wanted language above the
+        # threshold is among those before the first at or below it (one or two, mostly).
+        labels, scores = self._model.predict(text.replace("\n", " "))
+        language, score = labels[0][len(LABEL_PREFIX) :], scores[0]
+        threshold = self.language_threshold
+        if not self._wanted:
+            kept = score > threshold
+        elif threshold < 0:  # a language fastText leaves out scores 0, above it
+            kept = True
         else:
-            kept = score > self.language_threshold
+            kept = any(label in self._wanted for label in _above(labels, scores, threshold))
         return Judged(
             kept or self.label_only, text, {"language": language, "language_score": score}
         )
+
+
+def _above(labels: tuple[str, ...], scores: tuple[float, ...], threshold: float):
+    for label, score in zip(labels, scores):
+        if score <= threshold:
+            return
+        yield label
