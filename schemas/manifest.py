@@ -130,6 +130,10 @@ class Manifest:
     # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate,
     # contaminated; any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Documents the language filter judged, kept and removed (for any reason) per language; PII's
+    # replacements (`emails`, `ips`) and the documents they were made in (`documents`).
+    languages: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    pii: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()
     # None for a tiktoken encoding named by its name, which loads from the name alone.
     tokenizer_copy: TokenizerCopy | None = None
@@ -166,6 +170,8 @@ class Manifest:
                 package_versions=dict(data["package_versions"]),
                 hub_revisions=dict(data["hub_revisions"]),
                 removed=dict(data.get("removed", {})),
+                languages={k: dict(v) for k, v in data.get("languages", {}).items()},
+                pii=dict(data.get("pii", {})),
                 eval_files=tuple(EvalFileInfo(**e) for e in data.get("eval_files", [])),
                 tokenizer_copy=TokenizerCopy(**data["tokenizer_copy"])
                 if data.get("tokenizer_copy")

@@ -107,6 +107,12 @@ JSON_SCHEMA: dict[str, Any] = {
             "package_versions": {"type": "object", "additionalProperties": _STR},
             "hub_revisions": {"type": "object", "additionalProperties": _STR},
             "removed": _COUNTS,
+            # Version 8: the documents kept and removed per language, PII's replacements.
+            "languages": {
+                "type": "object",
+                "additionalProperties": _object({"kept": _INT, "removed": _INT}),
+            },
+            "pii": _COUNTS,
             "eval_files": {
                 "type": "array",
                 "items": _object(

@@ -32,14 +32,20 @@ DEFAULT_NEAR_NGRAM = 5
 DEFAULT_NEAR_BANDS = 14
 DEFAULT_NEAR_ROWS = 8
 MAX_NEAR_HASHES = 1024
-# datatrove's filters by the names `--filter` takes (pipeline/prepare/clean/quality_filters.py).
+# datatrove's filters by the names `--filter` takes (clean/quality/quality_filters.py).
 FILTER_NAMES = ("gopher-quality", "gopher-repetition", "c4", "fineweb")
+# The web filters (clean/web/): datatrove's language ID and fastText classifier filters, and its PII
+# formatter, which replaces e-mail and public IP addresses in the text kept.
+WEB_FILTER_NAMES = ("language", "fasttext", "pii")
+ALL_FILTER_NAMES = FILTER_NAMES + WEB_FILTER_NAMES
 # How the filters run: the rules written for speed, or datatrove's own classes (the exact mode).
 FILTER_IMPLS = ("fast", "datatrove")
 # The manifest version that added the cleaning stage's parameters, the id field and the filters.
 _CLEANING_PARAMETERS = 5
 # The manifest version that added the filters' implementation: before it, datatrove's classes ran.
 _FILTER_IMPL = 7
+# The manifest version that added the web filters' language model and counts.
+_WEB_FILTERS = 8
 
 
 def near_threshold(bands: int, rows: int) -> float:
@@ -141,13 +147,13 @@ class PrepareConfig:
     # Quality filters, in the order they run, and their parameters by filter name (keyword arguments
     # of datatrove's classes); a document longer than filter_max_document_bytes is removed unread.
     filters: list[str] = setting(
-        help=f"quality filters (datatrove's), run in this order on whole documents before dedup: "
-        f"{', '.join(FILTER_NAMES)}",
+        help=f"filters (datatrove's), run in this order on whole documents before dedup: "
+        f"{', '.join(ALL_FILTER_NAMES)}",
         default_factory=list,
         flag="--filter",
         parse=comma_list,
         metavar="NAME[,NAME...]",
-        choices=FILTER_NAMES,
+        choices=ALL_FILTER_NAMES,
         since=_CLEANING_PARAMETERS,
     )
     filter_params: dict[str, dict[str, Any]] = setting(
@@ -157,7 +163,7 @@ class PrepareConfig:
         flag="--filter-param",
         repeat=True,
         metavar="NAME.KEY=VALUE",
-        choices=FILTER_NAMES,
+        choices=ALL_FILTER_NAMES,
         since=_CLEANING_PARAMETERS,
     )
     filter_max_document_bytes: int = setting(
@@ -177,6 +183,19 @@ class PrepareConfig:
         since=_FILTER_IMPL,
         older="datatrove",
         matters=lambda config: bool(config.filters),
+    )
+
+    # The fastText language identifier of `--filter language`: a file, or a hub file pinned to a
+    # commit (the config records the commit); fetched only because it is named here.
+    language_model: str | None = setting(
+        None,
+        "fastText language identifier for --filter language: PATH (lid.176.bin or .ftz, GlotLID's "
+        "model_v3.bin) or hf:ORG/NAME/FILE[@REVISION]",
+        metavar="PATH|hf:ORG/NAME/FILE",
+        unset="none: never downloaded unless named",
+        since=_WEB_FILTERS,
+        older=None,
+        matters=lambda config: "language" in config.filters,
     )
 
     def __post_init__(self) -> None:

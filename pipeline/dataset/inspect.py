@@ -32,6 +32,10 @@ class InspectError(RunError, RuntimeError):
     """An expected failure, reported in one line."""
 
 
+# The most frequent languages `inspect` names; the manifest has them all.
+SHOWN_LANGUAGES = 12
+
+
 def printable(text: str) -> str:
     """`text` with control characters (ANSI escapes, carriage returns, bidi overrides) written as
     escapes, so a document cannot recolour the terminal or hide its text; newlines and tabs stay."""
@@ -165,6 +169,22 @@ def describe(manifest: Manifest) -> list[str]:
         lines.append(
             "removed (see removals.jsonl): "
             + ", ".join(f"{k} {v}" for k, v in manifest.removed.items())
+        )
+    if manifest.languages:
+        ranked = sorted(
+            manifest.languages.items(), key=lambda item: (-sum(item[1].values()), item[0])
+        )
+        shown = ", ".join(f"{k} {v['kept']}/{v['removed']}" for k, v in ranked[:SHOWN_LANGUAGES])
+        more = len(ranked) - SHOWN_LANGUAGES
+        lines.append(
+            f"languages (documents kept/removed): {shown}"
+            + (f" and {more} more (see manifest.json)" if more > 0 else "")
+        )
+    if manifest.pii:
+        lines.append(
+            "PII replaced: "
+            + ", ".join(f"{k} {v}" for k, v in manifest.pii.items() if k != "documents")
+            + f" in {manifest.pii.get('documents', 0)} documents"
         )
     for e in manifest.eval_files:
         common = (

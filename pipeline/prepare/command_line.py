@@ -12,7 +12,11 @@ import dataclasses
 from pipeline.cli import config_file, interrupts
 from pipeline.cli.arguments import CommandParser, add_settings
 from pipeline.cli.commands import HelpFormatter, import_beam_quietly
-from pipeline.prepare.clean.quality_filters import FilterError, check_ranges, parse_parameter
+from pipeline.prepare.clean.quality.quality_filters import (
+    FilterError,
+    check_ranges,
+    parse_parameter,
+)
 from schemas.prepare_config import PrepareConfig
 from schemas.settings import comma_list, setting
 

@@ -21,10 +21,11 @@ import time
 from pipeline.cli.log_cadence import format_count, format_duration
 from pipeline.dataset import storage
 from pipeline.prepare import command_line
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet, EvalSetError
 from pipeline.prepare.clean.dry_run import dry_run_report
-from pipeline.prepare.clean.eval_sets import EvalSet, EvalSetError
-from pipeline.prepare.clean.quality_filters import check_filters
+from pipeline.prepare.clean.quality.quality_filters import check_filters
 from pipeline.prepare.clean.removals import cleans
+from pipeline.prepare.clean.web.fasttext_models import pinned
 from pipeline.prepare.execution import beam_options
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.planning import Plan, make_plan, worker_extras
@@ -76,11 +77,27 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
     evals = [p if not storage.is_local(p) else os.path.abspath(p) for p in config.decontaminate]
     config = dataclasses.replace(config, decontaminate=evals)
     if config.filters or config.filter_params:
-        check_filters(config.filters, config.filter_params, config.filter_impl)
+        config = _pinned_models(config)
+        check_filters(
+            config.filters, config.filter_params, config.filter_impl, config.language_model
+        )
     if is_path_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
     if is_hub_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=pin(config.tokenizer))
+    return config
+
+
+def _pinned_models(config: PrepareConfig) -> PrepareConfig:
+    """The web filters' fastText models as the config records them: a file by its absolute path, a
+    hub file by the commit its revision names now."""
+    if config.language_model:
+        config = dataclasses.replace(config, language_model=pinned(config.language_model))
+    classifier = config.filter_params.get("fasttext", {})
+    if classifier.get("model_url"):
+        params = {**config.filter_params, "fasttext": {**classifier}}
+        params["fasttext"]["model_url"] = pinned(str(classifier["model_url"]))
+        config = dataclasses.replace(config, filter_params=params)
     return config
 
 
@@ -114,7 +131,7 @@ def _run_pending(
         print(f"prepare: tokenizer {note}", file=sys.stderr)
     started = time.time()
     with stage_runner(plan, output_dir, pipeline_args, verbose) as stages:
-        cleaning_seconds = stages.clean()
+        cleaning_seconds = stages.clean(dry_run)
         if dry_run:
             return {"report": dry_run_report(stages.context, list(plan.units))}
         restarts = stages.tokenize(pending, done)

@@ -15,7 +15,7 @@ import hashlib
 import json
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.eval_sets import file_sha256
+from pipeline.prepare.clean.decontamination.eval_sets import file_sha256
 from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.read.documents import Reject
 from pipeline.prepare.read.inputs import resolve_inputs

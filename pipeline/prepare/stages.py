@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.dataset import storage
+from pipeline.prepare.clean.inline_filters import judges_while_tokenizing
 from pipeline.prepare.clean.removals import cleans, is_cleaned
 from pipeline.prepare.clean.unit_fingerprints import fingerprinted_units
 from pipeline.prepare.execution import watch
@@ -116,12 +117,17 @@ class StageRunner:
         """Seconds between polls of a stage's durable output: a listing is cheap locally only."""
         return 1.0 if storage.is_local(self.context.output_dir) else 10.0
 
-    def clean(self) -> float:
-        """Runs the cleaning stage unless it is not asked for or already complete; returns its
-        seconds. It fingerprints every unit (reading back what an interrupted run wrote), since
-        duplicates are found across all of them."""
+    def clean(self, dry_run: bool = False) -> float:
+        """Runs the cleaning stage unless it is not asked for, already complete, or left to the
+        tokenizing stage (filters alone, but for a dry run or one begun); returns its seconds. It
+        fingerprints every unit (reading back what an interrupted run wrote), since duplicates are
+        found across all of them."""
         config = self.context.config
         if not cleans(config) or is_cleaned(self.context):
+            return 0.0
+        # An earlier dry run's stage, stopped part-way, is finished rather than judged again.
+        started_before = fingerprinted_units(self.context.output_dir)
+        if judges_while_tokenizing(config) and not dry_run and not started_before:
             return 0.0
         started = time.time()
         units = list(self.plan.units)

@@ -11,6 +11,8 @@ import dataclasses
 import json
 from typing import Any
 
+from pipeline.dataset import storage
+from schemas.errors import RunError
 from schemas.manifest import ShardInfo
 
 
@@ -98,3 +100,19 @@ def unit_record_name(index: int) -> str:
 
 def unit_rejects_name(index: int) -> str:
     return f"{index:05d}.jsonl"
+
+
+class InputChangedError(RunError, RuntimeError):
+    """An input is not what the run planned: resuming would mix two versions of it."""
+
+    deterministic = True
+
+
+def check_unchanged(unit: WorkUnit) -> None:
+    info = storage.file_info(unit.path)
+    if (info.size, info.version) != (unit.size, unit.version):
+        raise InputChangedError(
+            f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
+            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs "
+            "as they are now"
+        )

@@ -9,8 +9,12 @@ import collections
 import numpy as np
 import pytest
 
-from pipeline.prepare.clean.eval_matches import add_counts, common_ngrams, contaminated
-from pipeline.prepare.clean.key_buckets import (
+from pipeline.prepare.clean.decontamination.eval_matches import (
+    add_counts,
+    common_ngrams,
+    contaminated,
+)
+from pipeline.prepare.clean.dedup.key_buckets import (
     bucket_count,
     bucket_duplicates,
     unit_keys,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.prepare.clean.fingerprints import ExactKey, exact_key
+from pipeline.prepare.clean.dedup.fingerprints import ExactKey, exact_key
 from pipeline.prepare.read.documents import pieces_of
 from support.corpora import write_jsonl, write_text
 from support.runs import run_prepare

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline.prepare.clean.fingerprints import words
+from pipeline.prepare.clean.dedup.fingerprints import words
 from pipeline.prepare.launcher import PrepareError
 from schemas import formats
 from support.corpora import write_jsonl, write_text

@@ -18,18 +18,18 @@ import pytest
 from datatrove.utils.text import split_into_sentences
 from datatrove.utils.word_tokenizers import load_word_tokenizer
 
-from pipeline.prepare.clean import c4_quality, gopher_quality
-from pipeline.prepare.clean.c4_quality import sentence_counts
-from pipeline.prepare.clean.datatrove_filters import class_parameters
-from pipeline.prepare.clean.fast_filters import FastFilters
-from pipeline.prepare.clean.quality_filters import (
-    FilterError,
+from pipeline.prepare.clean.judgments import FilterError
+from pipeline.prepare.clean.quality import c4_quality, gopher_quality
+from pipeline.prepare.clean.quality.c4_quality import sentence_counts
+from pipeline.prepare.clean.quality.datatrove_filters import class_parameters
+from pipeline.prepare.clean.quality.fast_filters import FastFilters
+from pipeline.prepare.clean.quality.quality_filters import (
     check_filters,
     parameters,
     quality_filters,
 )
-from pipeline.prepare.clean.word_cache import WordCache, Words, english
-from pipeline.prepare.clean.word_chunks import chunks, hashes_of
+from pipeline.prepare.clean.quality.word_cache import WordCache, Words, english
+from pipeline.prepare.clean.quality.word_chunks import chunks, hashes_of
 from schemas.prepare_config import FILTER_NAMES
 from support.filter_reference import mixed_documents
 from support.runs import REPO
@@ -63,7 +63,7 @@ def test_the_launcher_checks_the_fast_rules_without_spacy():
     """Checking the parameters before a run imports neither spaCy nor datatrove's filters (most of a
     second), yet refuses what the rules cannot use, as judging would."""
     code = (
-        "import sys; from pipeline.prepare.clean.quality_filters import check_filters;"
+        "import sys; from pipeline.prepare.clean.quality.quality_filters import check_filters;"
         f"check_filters({CHAIN!r}, {{'c4': {{'split_paragraph': False}}}}, 'fast');"
         "print(sorted(m for m in sys.modules"
         " if m.split('.')[0] == 'spacy' or m.startswith('datatrove.pipeline')))"
@@ -171,7 +171,7 @@ def test_decisions_do_not_depend_on_batches_cache_or_process():
     code = (
         "import json, sys; sys.path[:0] = ['tests', '.'];"
         "from support.filter_reference import mixed_documents;"
-        "from pipeline.prepare.clean.fast_filters import FastFilters;"
+        "from pipeline.prepare.clean.quality.fast_filters import FastFilters;"
         f"docs = mixed_documents(150, seed=14); f = FastFilters({CHAIN!r}, {{}});"
         "sys.stdout.write(json.dumps("
         "[r for i in range(0, len(docs), 53) for r in f.judge_many(docs[i:i + 53])]))"

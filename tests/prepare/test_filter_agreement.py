@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.prepare.clean.quality_filters import quality_filters
+from pipeline.prepare.clean.quality.quality_filters import quality_filters
 from schemas.prepare_config import FILTER_NAMES
 from support.filter_reference import EDGE_CASES, datatrove_run
 from support.varied_text import varied_documents

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.prepare.clean.fingerprints import words
+from pipeline.prepare.clean.dedup.fingerprints import words
 from pipeline.prepare.clean.removals import NEAR, duplicates, places
 from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
 from pipeline.prepare.units import WorkUnit

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline.prepare.clean.fingerprints import MinHasher, normalized, word_hashes
+from pipeline.prepare.clean.dedup.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.read.documents import DocumentPiece, DocumentRun
 from pipeline.prepare.read.unit_documents import kept_documents

@@ -15,9 +15,8 @@ import pytest
 
 from pipeline.dataset import inspect as inspect_dataset
 from pipeline.prepare.clean import unit_fingerprints
-from pipeline.prepare.clean.quality_filters import (
-    TOO_LONG,
-    FilterError,
+from pipeline.prepare.clean.judgments import TOO_LONG, FilterError
+from pipeline.prepare.clean.quality.quality_filters import (
     parameters,
     parse_parameter,
     quality_filters,
@@ -256,9 +255,9 @@ class _Counted:
         self.filters = quality_filters(CHAIN, {}, impl)
         self.calls: list[int] = []
 
-    def judge_many(self, texts):
+    def judge_noted(self, texts):
         self.calls.append(len(texts))
-        return self.filters.judge_many(texts)
+        return self.filters.judge_noted(texts)
 
 
 @pytest.mark.parametrize("impl", ["fast", "datatrove"])

@@ -144,9 +144,9 @@ def test_worker_requirements_add_an_extra_only_when_asked():
         worker_requirements(["trian"])
 
 
-def test_a_filtered_run_ships_and_records_datatrove_and_spacy(tmp_path):
+def test_a_filtered_run_ships_and_records_datatrove_spacy_and_fasttext(tmp_path):
     base, filters = _pins(worker_requirements()), _pins(worker_requirements(["filters"]))
-    for name in ("datatrove", "spacy", "thinc", "loguru"):
+    for name in ("datatrove", "spacy", "thinc", "loguru", "fasttext-predict"):
         assert filters[name] == importlib.metadata.version(name) and name not in base
     assert not NOT_FOR_WORKERS & set(filters)
     versions = package_versions(("filters",))

@@ -109,6 +109,7 @@ def test_the_saved_field_names_do_not_change():
         "filter_params",
         "filter_max_document_bytes",
         "filter_impl",
+        "language_model",
     ]
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [
         "data",

@@ -18,6 +18,7 @@ reason and details the same way.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -127,6 +128,16 @@ def removal_entries(
     return entries
 
 
+def language_counts(languages: list[list], removed: set[int]) -> dict[str, dict[str, int]]:
+    """Per language, the documents kept and removed (for any reason), from `[number, language,
+    score]` of the documents the language filter judged."""
+    counts: dict[str, dict[str, int]] = {}
+    for number, language, _ in languages:
+        counted = counts.setdefault(language, {"kept": 0, "removed": 0})
+        counted["removed" if number in removed else "kept"] += 1
+    return dict(sorted(counts.items()))
+
+
 def write_removal_list(
     output_dir: str,
     unit: int,
@@ -134,16 +145,27 @@ def write_removal_list(
     entries: list[dict[str, Any]],
     locations: np.ndarray,
     ids: list | None,
+    languages: list[list] = (),
+    pii: dict[str, int] | None = None,
 ) -> None:
     """One JSON object per unit: its removed documents by number, each entry completed with the
-    document's location and id."""
+    document's location and id, and its language and the model's score where the language filter
+    judged it; the unit's documents per language and PII's replacements (see
+    `unit_fingerprints`)."""
+    judged = {number: (language, score) for number, language, score in languages}
     removed = []
     for entry in sorted(entries, key=lambda e: e["number"]):
         where = {"location": int(locations[entry["number"]])}
         if ids is not None and ids[entry["number"]] is not None:
             where["id"] = ids[entry["number"]]
+        if entry["number"] in judged:
+            where["language"], where["language_score"] = judged[entry["number"]]
         removed.append({**entry, **where})
     record = {"unit": unit, "documents": documents, "removed": removed}
+    if languages:
+        record["languages"] = language_counts(languages, {e["number"] for e in entries})
+    if pii:
+        record["pii"] = pii
     storage.write_bytes_atomic(removal_list_path(output_dir, unit), json.dumps(record).encode())
 
 
@@ -176,27 +198,44 @@ def located(unit: WorkUnit, location: int, newlines_before: int) -> dict[str, in
     return {"line": 1 + newlines_before + location}
 
 
+@dataclasses.dataclass
+class RemovalTotals:
+    """What the units' removal lists add up to: documents removed per reason and per eval file,
+    documents kept and removed per language, PII's replacements."""
+
+    reasons: dict[str, int]
+    per_eval: list[int]
+    languages: dict[str, dict[str, int]]
+    pii: dict[str, int]
+
+
 def write_removals_file(
     output_dir: str, units: list[WorkUnit], eval_paths: list[str], newlines_before: dict[int, int]
-) -> tuple[dict[str, int], list[int]]:
+) -> RemovalTotals:
     """`removals.jsonl` from the units' lists, in input order, each document named by its input and
-    its line or row there (and its id field's value where it has one); returns the counts per reason
-    and per eval file. `newlines_before` holds each unit's newlines before its range in its
-    input."""
+    its line or row there (and its id field's value, its language, where it has one); returns their
+    totals. `newlines_before` holds each unit's newlines before its range in its input."""
     by_index = {u.index: u for u in units}
     reasons: collections.Counter[str] = collections.Counter()
     per_eval = [0] * len(eval_paths)
+    languages: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    pii: collections.Counter[str] = collections.Counter()
     with storage.atomic_local_file(storage.join(output_dir, formats.REMOVALS_NAME)) as scratch:
         with open(scratch, "w") as out:
             for u in units:
-                for entry in read_removal_list(output_dir, u.index)["removed"]:
+                removal_list = read_removal_list(output_dir, u.index)
+                for language, counted in removal_list.get("languages", {}).items():
+                    languages[language].update(counted)
+                pii.update(removal_list.get("pii", {}))
+                for entry in removal_list["removed"]:
                     line = {
                         "reason": entry["reason"],
                         "path": u.path,
                         **located(u, entry["location"], newlines_before[u.index]),
                     }
-                    if "id" in entry:
-                        line["id"] = entry["id"]
+                    for key in ("id", "language", "language_score"):
+                        if key in entry:
+                            line[key] = entry[key]
                     if "keeper" in entry:
                         keeper_unit, keeper_location = entry["keeper"]
                         keeper = by_index[keeper_unit]
@@ -209,4 +248,11 @@ def write_removals_file(
                         per_eval[entry["eval_file"]] += 1
                     reasons[entry["reason"]] += 1
                     out.write(json.dumps(line, sort_keys=True) + "\n")
-    return dict(sorted(reasons.items())), per_eval
+    return RemovalTotals(
+        reasons=dict(sorted(reasons.items())),
+        per_eval=per_eval,
+        languages={
+            k: {"kept": c["kept"], "removed": c["removed"]} for k, c in sorted(languages.items())
+        },
+        pii=dict(sorted(pii.items())),
+    )

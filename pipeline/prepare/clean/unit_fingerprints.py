@@ -13,6 +13,7 @@ excerpt, for `--filter-dry-run` to show.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
@@ -22,9 +23,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.edits import write_edits
-from pipeline.prepare.clean.eval_sets import EvalSet, eval_set
-from pipeline.prepare.clean.fingerprints import (
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet, eval_set
+from pipeline.prepare.clean.dedup.fingerprints import (
     ExactKey,
     MinHasher,
     NgramStream,
@@ -32,14 +32,14 @@ from pipeline.prepare.clean.fingerprints import (
     ngram_hashes,
     word_hashes,
 )
-from pipeline.prepare.clean.quality_filters import TOO_LONG, Filters
+from pipeline.prepare.clean.edits import write_edits
+from pipeline.prepare.clean.judgments import PII_KINDS, TOO_LONG, Filters, Notes
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
-from pipeline.prepare.tokenize.unit import check_unchanged
-from pipeline.prepare.units import WorkUnit
+from pipeline.prepare.units import WorkUnit, check_unchanged
 from schemas import formats
 from schemas.prepare_config import PrepareConfig
 
@@ -49,7 +49,7 @@ SAMPLE_CHARS = 160
 # Text handed to the quality filters at a time: a few hundred web documents, judged together (the
 # fast filters' batch), and what a unit holds beyond one document while they wait.
 JUDGED_CHARACTERS = 1 << 20
-_JSON_FIELDS = ("ids", "filtered")
+_JSON_FIELDS = ("ids", "filtered", "languages", "pii")
 _NOT_ARRAYS = (*_JSON_FIELDS, "edits")
 
 
@@ -60,7 +60,9 @@ class UnitFingerprints:
     per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]`
     (their indices in the `EvalSet`), with the first file holding each in `eval_files`, for the
     `i`-th of `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document
-    the quality filters removed."""
+    the quality filters removed. `languages` lists `[number, language, score]` of each document the
+    language filter judged, kept or not; `pii` counts PII's replacements (`emails`, `ips`) and the
+    `documents` they were made in."""
 
     unit: int
     documents: int
@@ -75,6 +77,8 @@ class UnitFingerprints:
     eval_hits: np.ndarray
     eval_files: np.ndarray
     filtered: list = dataclasses.field(default_factory=list)
+    languages: list = dataclasses.field(default_factory=list)
+    pii: dict = dataclasses.field(default_factory=dict)
     edits: list = dataclasses.field(
         default_factory=list
     )  # `[number, text]`, written apart (see `edits`)
@@ -161,6 +165,8 @@ class _Collector:
         self._filters = filters
         self._filter_bytes = config.filter_max_document_bytes
         self.filtered: list[list] = []
+        self.languages: list[list] = []
+        self.pii: collections.Counter[str] = collections.Counter()
         self.edits: list[list] = []
         self._samples: dict[str, int] = {}
         self.locations: list[int] = []
@@ -190,9 +196,12 @@ class _Collector:
         recorded and each kept document fingerprinted (a changed text kept in `edits`)."""
         waiting, self._waiting, self._waiting_characters = self._waiting, [], 0
         texts = [text for _, text, _ in waiting if text is not None]
-        judged = iter(self._filters.judge_many(texts) if texts else ())
+        judgments, notes = self._filters.judge_noted(texts) if texts else ([], [])
+        judged, noted = iter(judgments), iter(notes)
         for number, text, cut in waiting:
             reason, kept = (TOO_LONG, "") if text is None else next(judged)
+            if text is not None:
+                self._note(number, next(noted))
             if reason is not None:
                 self._removed(number, reason, text)
             elif (
@@ -203,6 +212,13 @@ class _Collector:
                 self._fingerprint(number, kept)
             else:
                 self._cut_fingerprint(number, cut)
+
+    def _note(self, number: int, notes: Notes) -> None:
+        if "language" in notes:
+            self.languages.append([number, notes["language"], notes["language_score"]])
+        replaced = {kind: notes[kind] for kind in PII_KINDS if kind in notes}
+        if replaced:
+            self.pii.update(replaced, documents=1)
 
     def _removed(self, number: int, reason: str, text: str | None) -> None:
         sampled = self._samples.get(reason, 0)
@@ -305,6 +321,8 @@ class _Collector:
             if self._evals
             else np.zeros(0, dtype=np.int64),
             filtered=self.filtered,
+            languages=self.languages,
+            pii=dict(sorted(self.pii.items())),
             edits=self.edits,
         )
 

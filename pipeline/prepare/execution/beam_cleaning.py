@@ -21,14 +21,15 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.prepare.clean.eval_matches import (
+from pipeline.prepare.clean.decontamination.eval_matches import (
     add_counts,
     common_ngrams,
     contaminated,
     write_eval_matches,
 )
-from pipeline.prepare.clean.key_buckets import bucket_count, bucket_duplicates, unit_keys
-from pipeline.prepare.clean.quality_filters import Filters, preload, quality_filters
+from pipeline.prepare.clean.dedup.key_buckets import bucket_count, bucket_duplicates, unit_keys
+from pipeline.prepare.clean.judgments import Filters
+from pipeline.prepare.clean.quality.quality_filters import preload, quality_filters
 from pipeline.prepare.clean.removals import mark_cleaned, removal_entries, write_removal_list
 from pipeline.prepare.clean.unit_fingerprints import (
     UnitFingerprints,
@@ -55,7 +56,7 @@ class FingerprintUnitFn(beam.DoFn):
         config = self._context.config
         if config.filters:
             self._filters = quality_filters(
-                config.filters, config.filter_params, config.filter_impl
+                config.filters, config.filter_params, config.filter_impl, config.language_model
             )
 
     def process(self, unit: WorkUnit) -> list:
@@ -143,7 +144,14 @@ class WriteRemovalListFn(beam.DoFn):
         found = with_retries(lambda: read_fingerprints(unit, self._context))
         entries = removal_entries(candidates, removed, found.filtered)
         write_removal_list(
-            self._context.output_dir, unit, documents, entries, found.locations, found.ids
+            self._context.output_dir,
+            unit,
+            documents,
+            entries,
+            found.locations,
+            found.ids,
+            found.languages,
+            found.pii,
         )
         self._removed.inc(len(entries))
         return [unit]

@@ -8,6 +8,7 @@ import functools
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from pipeline.prepare.clean.inline_filters import judges_while_tokenizing, preload_filters
 from pipeline.prepare.execution.beam_units import guarded, spread_units
 from pipeline.prepare.execution.failures import UnitFailure, any_failure, record_failure
 from pipeline.prepare.execution.worker_environment import package_versions, version_mismatch
@@ -50,9 +51,12 @@ class TokenizeUnitFn(beam.DoFn):
 
 
 def preload_tokenizing(context: RunContext) -> None:
-    """The tokenizer, which every worker of the stage loads."""
+    """The tokenizer, which every worker of the stage loads, and the filters where the stage judges
+    documents itself."""
     config = context.config
     load_tokenizer(config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token)
+    if judges_while_tokenizing(config):
+        preload_filters(config)
 
 
 def build_tokenizing(pipeline: beam.Pipeline, units: list[WorkUnit], context: RunContext) -> None:

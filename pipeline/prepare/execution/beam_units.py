@@ -25,8 +25,7 @@ from pipeline.prepare.execution.forked_workers import ForkedWorkers, forked_work
 from pipeline.prepare.execution.retries import is_transient, with_retries
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.run_context import RunContext
-from pipeline.prepare.tokenize.unit import InputChangedError
-from pipeline.prepare.units import WorkUnit
+from pipeline.prepare.units import InputChangedError, WorkUnit
 
 T = TypeVar("T")
 

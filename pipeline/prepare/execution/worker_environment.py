@@ -57,7 +57,7 @@ _OUTPUT_PACKAGES = (
 # its manifest does not depend on what else happens to be installed.
 _EXTRA_OUTPUT_PACKAGES = {
     "hf": ("datasets", "huggingface-hub"),
-    "filters": ("datatrove", "spacy"),
+    "filters": ("datatrove", "spacy", "fasttext-predict"),
     "sentencepiece": ("sentencepiece",),
 }
 # Beam's own dependencies come with the SDK container of the launcher's Beam version: pinning them

@@ -21,7 +21,8 @@ import numpy as np
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.edits import edited_documents, read_edits
-from pipeline.prepare.clean.removals import cleans, removed_numbers
+from pipeline.prepare.clean.inline_filters import judge_unit, judges_while_tokenizing
+from pipeline.prepare.clean.removals import cleans, is_cleaned, removed_numbers
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
@@ -31,6 +32,7 @@ from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import (
     UnitResult,
     WorkUnit,
+    check_unchanged,
     unit_record_name,
     unit_rejects_name,
 )
@@ -38,7 +40,6 @@ from pipeline.prepare.write.shard_writer import ShardWriter
 from pipeline.splitmix import splitmix64
 from pipeline.tokenization import Tokenizer, load_tokenizer
 from schemas import formats
-from schemas.errors import RunError
 from schemas.manifest import ShardInfo
 from schemas.records import encode_record, numpy_dtype, record_bounds
 
@@ -74,12 +75,6 @@ def shuffled_order(count: int, seed: int, unit_index: int, batch: int, split: st
     key = hashlib.blake2b(f"{seed}:{unit_index}:{batch}:{split}".encode(), digest_size=8).digest()
     keys = splitmix64(np.arange(count, dtype=np.uint64) ^ np.uint64(int.from_bytes(key, "little")))
     return np.argsort(keys, kind="stable")
-
-
-class InputChangedError(RunError, RuntimeError):
-    """An input is not what the run planned: resuming would mix two versions of it."""
-
-    deterministic = True
 
 
 class _SplitShards:
@@ -190,16 +185,6 @@ class _UnitWriter:
 _worker_versions = functools.cache(package_versions)
 
 
-def check_unchanged(unit: WorkUnit) -> None:
-    info = storage.file_info(unit.path)
-    if (info.size, info.version) != (unit.size, unit.version):
-        raise InputChangedError(
-            f"{unit.path} changed since this run was planned (size {unit.size} -> {info.size}, "
-            f"{unit.version} -> {info.version}); pass --overwrite to prepare again from the inputs "
-            "as they are now"
-        )
-
-
 def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     """Reads, tokenizes and writes one unit, then records it. Content errors raise SourceError,
     or, with `skip_bad_files`, skip the whole unit with a recorded reject."""
@@ -211,8 +196,11 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
     )
     writer = _UnitWriter(context, unit, tokenizer)
-    removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
-    edits = read_edits(context.output_dir, unit.index) if config.filters else {}
+    if judges_while_tokenizing(config) and not is_cleaned(context):
+        removed, edits = judge_unit(unit, context)
+    else:
+        removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
+        edits = read_edits(context.output_dir, unit.index) if config.filters else {}
     try:
         numbered = edited_documents(
             numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes

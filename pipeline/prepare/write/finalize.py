@@ -15,10 +15,10 @@ import os
 
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import shard_sizes
-from pipeline.prepare.clean.eval_matches import read_eval_matches
-from pipeline.prepare.clean.eval_sets import EvalSet
+from pipeline.prepare.clean.decontamination.eval_matches import read_eval_matches
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet
+from pipeline.prepare.clean.decontamination.report import common_ngrams_report
 from pipeline.prepare.clean.removals import cleans, write_removals_file
-from pipeline.prepare.clean.report import common_ngrams_report
 from pipeline.prepare.planning import Plan
 from pipeline.prepare.read.documents import EMPTY, MALFORMED_JSON, MISSING_TEXT, NON_STRING_TEXT
 from pipeline.prepare.units import UnitResult, unit_record_name, unit_rejects_name
@@ -257,11 +257,10 @@ def _cleaning_outputs(
 ) -> dict:
     """removals.jsonl, and with eval files common_ngrams.jsonl; the manifest's fields of them."""
     config = plan.config
-    removed, per_eval = write_removals_file(
-        output_dir, list(plan.units), config.decontaminate, newlines
-    )
+    totals = write_removals_file(output_dir, list(plan.units), config.decontaminate, newlines)
+    fields = {"removed": totals.reasons, "languages": totals.languages, "pii": totals.pii}
     if evals is None:
-        return {"removed": removed}
+        return fields
     indices, counts = read_eval_matches(output_dir)
     common = indices[counts > config.decontaminate_max_matches]
     common_per_file = collections.Counter(evals.files[common].tolist())
@@ -276,10 +275,10 @@ def _cleaning_outputs(
             common_ngrams=common_per_file[i],
         )
         for i, (path, sha256, n, stats) in enumerate(
-            zip(config.decontaminate, plan.eval_digests, per_eval, evals.stats)
+            zip(config.decontaminate, plan.eval_digests, totals.per_eval, evals.stats)
         )
     )
-    return {"removed": removed, "eval_files": eval_files}
+    return {**fields, "eval_files": eval_files}
 
 
 def write_outputs(

@@ -19,19 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.prepare.clean.c4_quality import C4Quality
-from pipeline.prepare.clean.fineweb_quality import FineWebQuality
-from pipeline.prepare.clean.gopher_quality import GopherQuality
-from pipeline.prepare.clean.gopher_repetition import GopherRepetition
-from pipeline.prepare.clean.quality_filters import RULE_ERRORS, removal_reason, rule_failed
-from pipeline.prepare.clean.word_cache import WordCache, Words
-from pipeline.prepare.clean.word_chunks import chunks
+from pipeline.prepare.clean.judgments import RULE_ERRORS, Notes, removal_reason, rule_failed
+from pipeline.prepare.clean.quality.c4_quality import C4Quality
+from pipeline.prepare.clean.quality.fineweb_quality import FineWebQuality
+from pipeline.prepare.clean.quality.gopher_quality import GopherQuality
+from pipeline.prepare.clean.quality.gopher_repetition import GopherRepetition
+from pipeline.prepare.clean.quality.word_cache import WordCache, Words
+from pipeline.prepare.clean.quality.word_chunks import chunks
+from pipeline.prepare.clean.web.classifier_filter import ClassifierRule
+from pipeline.prepare.clean.web.language_filter import LanguageRule
+from pipeline.prepare.clean.web.pii import PIIRule
 
 RULES = {
     "gopher-quality": GopherQuality,
     "gopher-repetition": GopherRepetition,
     "c4": C4Quality,
     "fineweb": FineWebQuality,
+    "language": LanguageRule,
+    "fasttext": ClassifierRule,
+    "pii": PIIRule,
 }
 # Text judged at a time: a few hundred web documents, whose arrays stay in the processor's caches.
 BATCH_CHARACTERS = 1 << 19
@@ -59,8 +65,16 @@ class _Words:
 class FastFilters:
     """The filters of a run (names in order, parameters by name), built once per worker."""
 
-    def __init__(self, names: Sequence[str], params: Mapping[str, Mapping[str, Any]]):
+    def __init__(
+        self,
+        names: Sequence[str],
+        params: Mapping[str, Mapping[str, Any]],
+        language_model: str | None = None,
+    ):
         self._rules = [(name, RULES[name](**params.get(name, {}))) for name in names]
+        for _, rule in self._rules:
+            if getattr(rule, "web", False):
+                rule.use(language_model)  # its model loaded, its labels checked
         gopher = dict(self._rules).get("gopher-quality")
         self._cache = WordCache(gopher.stop_word_list() if gopher is not None else ())
 
@@ -79,19 +93,26 @@ class FastFilters:
     def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
         """For each text: why the first filter that removes it does (`filter:NAME:REASON`) and the
         text, or None and its text as the filters leave it."""
+        return self.judge_noted(texts)[0]
+
+    def judge_noted(self, texts: Sequence[str]) -> tuple[list[tuple[str | None, str]], list[Notes]]:
+        """`judge_many`'s judgments and each document's notes (see `judgments.Notes`)."""
         judged: list[tuple[str | None, str]] = []
+        notes: list[Notes] = []
         start = size = 0
         for i, text in enumerate(texts):
             if size and size + len(text) > BATCH_CHARACTERS:
-                judged += self._batch(list(texts[start:i]))
+                notes += self._batch(list(texts[start:i]), judged)
                 start, size = i, 0
             size += len(text)
         if start < len(texts):
-            judged += self._batch(list(texts[start:]))
-        return judged
+            notes += self._batch(list(texts[start:]), judged)
+        return judged, notes
 
-    def _batch(self, texts: list[str]) -> list[tuple[str | None, str]]:
+    def _batch(self, texts: list[str], judged: list[tuple[str | None, str]]) -> list[Notes]:
+        """Judges a batch, its judgments added to `judged`; returns its notes."""
         current = list(texts)  # each text as the filters so far leave it
+        notes: list[Notes] = [{} for _ in texts]
         results: list[tuple[str | None, str] | None] = [None] * len(texts)
         alive = list(range(len(texts)))
         words: _Words | None = None
@@ -102,7 +123,15 @@ class FastFilters:
                     break
                 judging = [current[d] for d in alive]
                 try:
-                    if rule.needs_words:
+                    if rule.web:
+                        reasons = []
+                        for d, found in zip(alive, rule.judge(judging)):
+                            notes[d].update(found.notes)
+                            reasons.append(None if found.kept else "")
+                            if found.kept and found.text is not current[d]:
+                                current[d] = found.text
+                                chunks_at_least.pop(d, None)
+                    elif rule.needs_words:
                         found = words.of(current, alive) if words is not None else None
                         if found is None:
                             words = _Words(self._cache, current, alive)
@@ -133,4 +162,5 @@ class FastFilters:
                 alive = still
         for d in alive:
             results[d] = (None, current[d])
-        return results
+        judged += results
+        return notes

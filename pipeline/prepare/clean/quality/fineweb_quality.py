@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from pipeline.prepare.clean.word_cache import WordCache, Words
-from pipeline.prepare.clean.word_chunks import chunks
+from pipeline.prepare.clean.quality.word_cache import WordCache, Words
+from pipeline.prepare.clean.quality.word_chunks import chunks
 
 _LAST = operator.itemgetter(-1)
 
@@ -35,6 +35,7 @@ class FineWebQuality:
     new_line_ratio: float = 0.3
 
     needs_words = False
+    web = False
 
     def __post_init__(self) -> None:
         if self.stop_chars is None:

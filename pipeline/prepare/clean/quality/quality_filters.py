@@ -22,49 +22,19 @@ import dataclasses
 import importlib.util
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from schemas.errors import UsageError
-from schemas.prepare_config import FILTER_IMPLS, FILTER_NAMES
+from pipeline.prepare.clean.judgments import INSTALL_HINT, FilterError, Filters
+from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
+from pipeline.prepare.clean.quality.fast_filters import RULES, FastFilters
+from schemas.prepare_config import ALL_FILTER_NAMES, FILTER_IMPLS
 
-PREFIX = "filter:"
-# A document longer than `filter_max_document_bytes` is not read whole: it is removed for that.
-TOO_LONG = "filter:too_long"
-INSTALL_HINT = "install the filters extra: pip install -e '.[filters]'"
 CHECK_DOCUMENT = "A check of the filters' parameters."
 
 
-class FilterError(UsageError, ValueError):
-    """A filter or parameter that cannot be used, said in one line."""
-
-
-class Filters(Protocol):
-    def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
-        """For each text: the reason of the first filter that removes it and the text, or None and
-        the text as the filters leave it."""
-
-
-def removal_reason(name: str, why: str | None) -> str:
-    return f"{PREFIX}{name}:{why}" if why else f"{PREFIX}{name}"
-
-
-# What a filter raises on a document its parameters make it fail on (a division by no words, say).
-RULE_ERRORS = (TypeError, ValueError, ZeroDivisionError)
-
-
-def rule_failed(name: str, error: Exception) -> FilterError:
-    """The error of a run whose filter `name` raised `error` (one of RULE_ERRORS) on a document."""
-    return FilterError(
-        f"filter {name} failed on a document ({type(error).__name__}: {error}); check its "
-        "parameters"
-    )
-
-
 def _rules(name: str) -> type:
-    if name not in FILTER_NAMES:
-        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(FILTER_NAMES)}")
-    from pipeline.prepare.clean.fast_filters import RULES
-
+    if name not in ALL_FILTER_NAMES:
+        raise FilterError(f"unknown filter {name!r}; expected one of {sorted(ALL_FILTER_NAMES)}")
     return RULES[name]
 
 
@@ -117,9 +87,13 @@ def parse_parameter(text: str) -> tuple[str, str, Any]:
 
 
 def quality_filters(
-    names: Sequence[str], params: Mapping[str, Mapping[str, Any]], impl: str
+    names: Sequence[str],
+    params: Mapping[str, Mapping[str, Any]],
+    impl: str,
+    language_model: str | None = None,
 ) -> Filters:
-    """The run's filters, by the implementation asked for (one of FILTER_IMPLS)."""
+    """The run's filters, by the implementation asked for (one of FILTER_IMPLS), with the language
+    identifier of `--filter language`."""
     if impl not in FILTER_IMPLS:
         raise FilterError(f"unknown filter implementation {impl!r}; expected one of {FILTER_IMPLS}")
     missing = [name for name in ("datatrove", "spacy") if importlib.util.find_spec(name) is None]
@@ -128,19 +102,15 @@ def quality_filters(
             f"--filter needs datatrove and spaCy (no module named {missing[0]!r}); {INSTALL_HINT}"
         )
     if impl == "datatrove":
-        from pipeline.prepare.clean.datatrove_filters import DatatroveFilters
-
-        return DatatroveFilters(names, params)
-    from pipeline.prepare.clean.fast_filters import FastFilters
-
-    return FastFilters(names, params)
+        return DatatroveFilters(names, params, language_model)
+    return FastFilters(names, params, language_model)
 
 
 def preload(impl: str) -> None:
     """Loads what the filters of an implementation judge with: spaCy's English pipeline (the fast
     filters' own copy, or datatrove's), whose import takes most of a second."""
     if impl == "fast":
-        from pipeline.prepare.clean.word_cache import english
+        from pipeline.prepare.clean.quality.word_cache import english
 
         english()
     else:
@@ -150,9 +120,15 @@ def preload(impl: str) -> None:
         _ = load_word_tokenizer(Languages.english).tokenizer  # built on first use
 
 
-def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], impl: str) -> None:
-    """Refuses unknown filters and parameters, parameters of filters not asked for, and values the
-    filters do not take, before any unit runs."""
+def check_filters(
+    names: list[str],
+    params: Mapping[str, Mapping[str, Any]],
+    impl: str,
+    language_model: str | None = None,
+) -> None:
+    """Refuses unknown filters and parameters, parameters of filters not asked for, values the
+    filters do not take, and models that cannot be used (missing, unreadable, of another kind,
+    without the labels asked for), before any unit runs."""
     if len(set(names)) != len(names):
         raise FilterError(f"a filter is named twice (got {names=})")
     for name in names:
@@ -170,7 +146,7 @@ def check_filters(names: list[str], params: Mapping[str, Mapping[str, Any]], imp
                 f"{name} has no parameters {unknown}; its parameters: {', '.join(sorted(known))}"
             )
     try:
-        filters = quality_filters(names, params, impl)
+        filters = quality_filters(names, params, impl, language_model)
     except (TypeError, ValueError) as e:
         if isinstance(e, FilterError):
             raise

@@ -14,14 +14,16 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.prepare.clean.quality_filters import (
-    FILTER_NAMES,
+from pipeline.prepare.clean.judgments import (
     INSTALL_HINT,
     RULE_ERRORS,
     FilterError,
+    Notes,
     removal_reason,
     rule_failed,
 )
+from pipeline.prepare.clean.web.datatrove_steps import WEB_NAMES, datatrove_step
+from schemas.prepare_config import FILTER_NAMES
 
 CLASSES = dict(
     zip(
@@ -34,6 +36,8 @@ CLASSES = dict(
         ),
     )
 )
+# What datatrove's filters record of a document that the run counts.
+NOTED = ("language", "language_score")
 # Keyword arguments that are not rules: where datatrove writes removed documents, and the language
 # (only English: other languages' tokenizers fetch models at run time).
 NOT_PARAMETERS = ("self", "exclusion_writer", "language")
@@ -75,31 +79,49 @@ def _declared(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
 class DatatroveFilters:
     """The filters of a run, built once per worker."""
 
-    def __init__(self, names: Sequence[str], params: Mapping[str, Mapping[str, Any]]):
+    def __init__(
+        self,
+        names: Sequence[str],
+        params: Mapping[str, Mapping[str, Any]],
+        language_model: str | None = None,
+    ):
         from datatrove.data import Document
         from datatrove.pipeline.filters.base_filter import get_filter_result
 
-        from pipeline.prepare.clean.shared_words import SharedWords
+        from pipeline.prepare.clean.quality.shared_words import SharedWords
 
         words = SharedWords()
         self._filters = [
-            (name, filter_class(name)(**_declared(name, params.get(name, {})), language=words))
+            (
+                name,
+                datatrove_step(name, params.get(name, {}), language_model)
+                if name in WEB_NAMES
+                else filter_class(name)(**_declared(name, params.get(name, {})), language=words),
+            )
             for name in names
         ]
         self._document, self._result = Document, get_filter_result
 
-    def judge(self, text: str) -> tuple[str | None, str]:
+    def judge(self, text: str) -> tuple[tuple[str | None, str], Notes]:
         """Why the first filter that removes this document does (None when all keep it), and its
-        text as the filters leave it (C4's drops lines of the documents it keeps)."""
+        text as the filters leave it (C4's drops lines of the documents it keeps); its notes (the
+        language datatrove's `LanguageFilter` found)."""
         document = self._document(text=text, id="")
+        judged = None
         for name, rule in self._filters:
             try:
                 kept, why = self._result(rule.filter(document))
             except RULE_ERRORS as e:
                 raise rule_failed(name, e) from e
             if not kept:
-                return removal_reason(name, why), text
-        return None, document.text
+                judged = (removal_reason(name, why), text)
+                break
+        notes = {key: document.metadata[key] for key in NOTED if key in document.metadata}
+        return judged or (None, document.text), notes
+
+    def judge_noted(self, texts: Sequence[str]) -> tuple[list[tuple[str | None, str]], list[Notes]]:
+        judged = [self.judge(text) for text in texts]
+        return [j for j, _ in judged], [notes for _, notes in judged]
 
     def judge_many(self, texts: Sequence[str]) -> list[tuple[str | None, str]]:
-        return [self.judge(text) for text in texts]
+        return self.judge_noted(texts)[0]

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.eval_sets import EvalSet, ngram_texts
+from pipeline.prepare.clean.decontamination.eval_sets import EvalSet, ngram_texts
 from schemas import formats
 from schemas.prepare_config import PrepareConfig
 

@@ -22,8 +22,8 @@ import re
 
 import numpy as np
 
-from pipeline.prepare.clean.word_cache import OTHER, PUNCTUATION, SENTENCE_END, WordCache
-from pipeline.prepare.clean.word_chunks import chunks
+from pipeline.prepare.clean.quality.word_cache import OTHER, PUNCTUATION, SENTENCE_END, WordCache
+from pipeline.prepare.clean.quality.word_chunks import chunks
 
 # datatrove's (datatrove.pipeline.filters.c4_filters; tests/prepare/test_fast_filters.py compares
 # them), declared here so that judging imports none of its filters.
@@ -90,6 +90,7 @@ class C4Quality:
     filter_policy: bool = True
 
     needs_words = False
+    web = False
 
     def check(self, text: str) -> None:
         """Runs every rule on a check document's lines (its sentences counted as its lines): what

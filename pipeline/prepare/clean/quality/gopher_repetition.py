@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from pipeline.prepare.clean.word_cache import Words
+from pipeline.prepare.clean.quality.word_cache import Words
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # the n-gram polynomial's base (odd)
 _MIX = np.uint64(0xD6E8FEB86659FD93)  # multiply-shift bucket hash (odd)
@@ -128,6 +128,7 @@ class GopherRepetition:
     )
 
     needs_words = True
+    web = False
 
     def __post_init__(self) -> None:
         if any(int(n) < 1 for n, _ in (*self.top_n_grams, *self.dup_n_grams)):

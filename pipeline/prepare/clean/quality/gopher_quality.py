@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.prepare.clean.word_cache import Words
+from pipeline.prepare.clean.quality.word_cache import Words
 
 # datatrove's (GopherQualityFilter's STOP_WORDS; tests/prepare/test_fast_filters.py compares them).
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
@@ -43,6 +43,7 @@ class GopherQuality:
     stop_words: list[str] | None = None
 
     needs_words = True
+    web = False
 
     def stop_word_list(self) -> list[str]:
         # datatrove compares the words with `set(stop_words)`: what is not a string matches none

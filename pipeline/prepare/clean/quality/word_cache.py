@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pipeline.prepare.clean.word_chunks import (
+from pipeline.prepare.clean.quality.word_chunks import (
     Chunks,
     HashTable,
     code_points,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.fingerprints import ngram_hashes, word_hashes, words
+from pipeline.prepare.clean.dedup.fingerprints import ngram_hashes, word_hashes, words
 from pipeline.prepare.read.base import BOM, ContentDigest, SourceError, split_at_separator_lines
 from pipeline.prepare.read.columnar import parquet_rows
 from pipeline.prepare.read.jsonl import compression_of, file_chunks, file_lines

@@ -1,0 +1,75 @@
+"""datatrove's `LanguageFilter`, judged by a fastText language identifier (lid.176, GlotLID).
+
+Its rule: the text, newlines read as spaces, is scored for every label (`k=-1`); the best label is
+the document's `language`, its probability the `language_score`. With `languages` given, a document
+is kept when its score for one of them is above `language_threshold` (strictly); with `languages`
+None (datatrove's PR #226), when its best score is; with `label_only`, always. A wanted language
+that is not a label of the model is refused before any unit runs (datatrove would score it 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeline.prepare.clean.judgments import FilterError, Judged
+from pipeline.prepare.clean.web.fasttext_models import LABEL_PREFIX, FastTextModel, load, pinned
+
+
+@dataclasses.dataclass
+class LanguageRule:
+    """datatrove's keyword arguments and defaults (the model is `--language-model`)."""
+
+    # A rule of the chain over whole texts, whose words it does not need (see `fast_filters`).
+    web = True
+    needs_words = False
+
+    languages: list[str] | str | None = None
+    language_threshold: float = 0.65
+    label_only: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.languages, str):
+            self.languages = [self.languages]
+        self._model: FastTextModel | None = None
+        self._wanted = frozenset(LABEL_PREFIX + language for language in self.languages or ())
+
+    def use(self, language_model: str | None) -> None:
+        """Loads the model (once per process) and checks the languages asked for are its labels."""
+        if not language_model:
+            raise FilterError(
+                "--filter language needs a language identifier: --language-model PATH or "
+                "hf:ORG/NAME/FILE (fastText's lid.176.bin or .ftz, GlotLID's model_v3.bin)"
+            )
+        self._model = load(pinned(language_model))
+        if self.languages:
+            self._model.check_labels(list(self.languages), "languages")
+
+    def check(self, text: str) -> None:
+        self.judge([text])
+
+    def judge(self, texts: list[str]) -> list[Judged]:
+        """Per text: whether it is kept, the text (unchanged) and its language notes."""
+        return [self._judge(text) for text in texts]
+
+    def _judge(self, text: str) -> Judged:
+        # fastText's labels come best first: the best is the first, and a wanted language above the
+        # threshold is among those before the first at or below it (one or two, mostly).
+        labels, scores = self._model.predict(text.replace("\n", " "))
+        language, score = labels[0][len(LABEL_PREFIX) :], scores[0]
+        threshold = self.language_threshold
+        if not self._wanted:
+            kept = score > threshold
+        elif threshold < 0:  # a language fastText leaves out scores 0, above it
+            kept = True
+        else:
+            kept = any(label in self._wanted for label in _above(labels, scores, threshold))
+        return Judged(
+            kept or self.label_only, text, {"language": language, "language_score": score}
+        )
+
+
+def _above(labels: tuple[str, ...], scores: tuple[float, ...], threshold: float):
+    for label, score in zip(labels, scores):
+        if score <= threshold:
+            return
+        yield label

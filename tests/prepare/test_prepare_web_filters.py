@@ -1,0 +1,132 @@
+"""The web filters in prepare: the documents kept and their texts are those fastText's language ID
+and datatrove's PII formatter give, counted per language in the manifest and shown by `inspect`,
+the removed ones' scores in removals.jsonl; a rerun writes the same bytes whatever the workers, a
+killed run resumes to them; a model that cannot be used stops the run in one line before any unit
+runs."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import pytest
+
+from pipeline.dataset import inspect as inspect_dataset
+from pipeline.prepare.clean.quality.quality_filters import quality_filters
+from schemas import formats
+from support.corpora import write_jsonl
+from support.fault_runs import kill_prepare_part_way, resumed_run
+from support.multilingual_text import lid_model, multilingual_documents, with_pii
+from support.runs import (
+    cli,
+    decoded_documents,
+    files_in_place,
+    one_line_error,
+    run_outputs,
+    run_prepare,
+)
+
+pytestmark = pytest.mark.integration  # every test here runs a command, a process or training
+
+LANGUAGES = ["en", "fr", "de", "es"]
+
+
+def _args() -> list[str]:
+    return [
+        "--filter",
+        "language,pii",
+        "--filter-param",
+        f"language.languages={json.dumps(LANGUAGES)}",
+        "--language-model",
+        lid_model(),
+        "--unit-bytes",
+        "16384",
+        "--validation-fraction",
+        "0",
+    ]
+
+
+def _corpus(tmp_path) -> tuple[str, list[str]]:
+    documents = with_pii(multilingual_documents(seed=5))
+    return write_jsonl(str(tmp_path / "web.jsonl"), documents), documents
+
+
+def test_language_id_and_pii_keep_and_count_what_the_filters_decide(tmp_path, capsys, encoding):
+    path, documents = _corpus(tmp_path)
+    out = str(tmp_path / "out")
+    manifest = run_prepare([path], out, *_args())
+    filters = quality_filters(
+        ["language", "pii"], {"language": {"languages": LANGUAGES}}, "fast", lid_model()
+    )
+    judged, notes = filters.judge_noted(documents)
+    kept = [text for why, text in judged if why is None]
+    assert sorted(decoded_documents(out, encoding)) == sorted(kept)
+    assert any("email@example.com" in text for text in kept)
+    expected = collections.defaultdict(lambda: {"kept": 0, "removed": 0})
+    for (why, _), noted in zip(judged, notes):
+        expected[noted["language"]]["kept" if why is None else "removed"] += 1
+    assert manifest.languages == dict(sorted(expected.items()))
+    assert manifest.pii["documents"] == sum(1 for n in notes if "emails" in n or "ips" in n)
+    assert manifest.config.language_model == lid_model()
+    with open(os.path.join(out, formats.REMOVALS_NAME)) as f:
+        removed = [json.loads(line) for line in f]
+    assert len(removed) == len(documents) - len(kept)
+    removed_notes = [n for (why, _), n in zip(judged, notes) if why is not None]
+    assert [(r["language"], r["language_score"]) for r in removed] == [
+        (n["language"], n["language_score"]) for n in removed_notes
+    ]
+    capsys.readouterr()
+    inspect_dataset.main([out])
+    shown = capsys.readouterr().out
+    assert f"en {expected['en']['kept']}/{expected['en']['removed']}" in shown
+    assert "PII replaced: emails" in shown
+
+
+@pytest.mark.slow
+def test_a_rerun_is_the_same_bytes_whatever_the_workers_and_a_killed_run_resumes_to_them(
+    tmp_path,
+):
+    """Filters alone are judged by the tokenizing stage: killed there, a rerun judges only the
+    units without a record."""
+    path, _ = _corpus(tmp_path)
+    args = _args()
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    run_prepare([path], one, *args)
+    first = run_outputs(one)
+    run_prepare([path], one, *args, "--overwrite")
+    assert run_outputs(one) == first
+    run_prepare(
+        [path], two, *args, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+    )
+    assert run_outputs(two) == first
+    out = str(tmp_path / "killed")
+    command = ["--input", path, *args, "--output", out, "--direct_num_workers=2"]
+    command.append("--direct_running_mode=multi_processing")
+    kill_prepare_part_way(command, after=2, in_pass="units")
+    done = files_in_place(os.path.join(out, formats.STATE_DIR, formats.UNITS_DIR))
+    total = len(
+        json.loads(open(os.path.join(out, formats.STATE_DIR, formats.PLAN_NAME)).read())["units"]
+    )
+    assert 0 < done <= 2 < total, "the kill lands part-way"
+    started, stderr = resumed_run(command, in_pass="units")
+    assert started == total - done and "cleaning" not in stderr
+    assert run_outputs(out) == first
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (["--language-model", "/no/such/lid.176.bin"], "cannot be read"),
+        (
+            ["--language-model", lid_model(), "--filter-param", 'language.languages=["xx"]'],
+            "are not labels of the model",
+        ),
+    ],
+)
+def test_a_model_that_cannot_be_used_stops_the_run_before_any_unit(tmp_path, given, message):
+    path, _ = _corpus(tmp_path)
+    out = str(tmp_path / "out")
+    result = cli("--input", path, "--output", out, "--filter", "language", *given)
+    assert message in one_line_error(result, status=2)
+    assert not os.path.exists(out)
