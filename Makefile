@@ -70,6 +70,7 @@ bench: venv $(BASE_VENV)/.installed
 	$(PY) benchmarks/step_memory.py || status=1; \
 	$(PY) benchmarks/sentencepiece_speed.py --check || status=1; \
 	$(PY) benchmarks/export_speed.py --check || status=1; \
+	$(PY) benchmarks/padding_share.py --check || status=1; \
 	$(PY) benchmarks/index_scale.py || status=1; \
 	$(PY) benchmarks/index_scale.py --rows 256 --steps 300 || status=1; \
 	exit $$status

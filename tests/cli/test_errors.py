@@ -237,8 +237,9 @@ RANGES = [
     (
         "prepare",
         ["--filter", "gopher-qualty"],
-        "--filter must each be one of ('gopher-quality', 'gopher-repetition', 'c4', 'fineweb') "
-        "('gopher-qualty': did you mean 'gopher-quality'?), got ['gopher-qualty']",
+        "--filter must each be one of ('gopher-quality', 'gopher-repetition', 'c4', 'fineweb', "
+        "'language', 'fasttext', 'pii') ('gopher-qualty': did you mean 'gopher-quality'?), got "
+        "['gopher-qualty']",
     ),
     ("prepare", ["--validation-fraction", "nan"], "--validation-fraction must be finite, got nan"),
     ("train", ["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),
