@@ -227,6 +227,7 @@ def test_train_from_a_file_saves_the_config_the_same_flags_save(stories_dataset,
     ) == (3e-3, 0.99, 32)
 
 
+@pytest.mark.integration
 def test_train_flags_override_the_file(stories_dataset, tmp_path):
     config = _toml(
         tmp_path / "train.toml",

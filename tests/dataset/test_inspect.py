@@ -211,6 +211,7 @@ def test_plot_writes_the_length_histogram(stories_dataset, tmp_path, capsys):
     assert f"wrote {plot}" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_plot_without_matplotlib_is_one_line(stories_dataset, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails
     assert run_command("inspect", stories_dataset, "--plot", str(tmp_path / "x.png")) == 1
@@ -276,6 +277,7 @@ def test_setting_errors_name_the_flag_typed(argv, message, tmp_path):
     assert result.stderr.strip().splitlines() == [message]
 
 
+@pytest.mark.integration
 def test_an_unknown_split_is_a_setting_error_naming_the_flag(stories_dataset, capsys):
     assert run_command("inspect", stories_dataset, "--split", "test") == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -284,6 +286,7 @@ def test_an_unknown_split_is_a_setting_error_naming_the_flag(stories_dataset, ca
     ]
 
 
+@pytest.mark.integration
 def test_statistics_without_the_load_extra_are_one_line(stories_dataset, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "pipeline.load.lengths", raising=False)
     monkeypatch.setitem(sys.modules, "etils", None)  # not installed
