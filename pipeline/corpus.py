@@ -14,7 +14,7 @@ import random
 import sys
 from collections.abc import Iterator
 
-from pipeline.cli.arguments import CommandParser, count_from
+from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.tokenization.tiktoken_backend import ENDOFTEXT
 from schemas.errors import RunError, SettingError
@@ -116,13 +116,10 @@ def parser(prog: str = "tokshards corpus") -> argparse.ArgumentParser:
     )
     p.add_argument("--output", required=True, help="text file to write")
     p.add_argument(
-        "--stories", dest="num_stories", type=count_from(1), default=50_000, help="how many stories"
+        "--stories", dest="num_stories", type=int, default=50_000, help="how many stories"
     )
     p.add_argument(
-        "--seed",
-        type=count_from(0),
-        default=0,
-        help="the same seed writes the same bytes on any machine",
+        "--seed", type=int, default=0, help="the same seed writes the same bytes on any machine"
     )
     return p
 

@@ -250,8 +250,6 @@ RANGES = [
     ("sample", ["--temperature", "-1"], "--temperature must be at least 0, got -1.0"),
     ("sample", ["--top-k", "-1"], "--top-k must be at least 0, got -1"),
     ("inspect", ["--documents", "-1"], "argument --documents: must be at least 0, got -1"),
-    ("corpus", ["--stories", "0"], "argument --stories: must be at least 1, got 0"),
-    ("corpus", ["--seed", "-2"], "argument --seed: must be at least 0, got -2"),
 ]
 
 
