@@ -61,7 +61,6 @@ COMMANDS = {
     "verify": Command(
         "check every file of a prepared directory as its readers do",
         "pipeline.dataset.verify",
-        extra="load",
     ),
     "inspect": Command(
         "totals, lengths and first documents of a prepared directory", "pipeline.dataset.inspect"

@@ -12,58 +12,22 @@ is one it names. Reading a shard leaves its lengths cache entry renewed for the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
-from pipeline.dataset.integrity import shard_problems
-from pipeline.dataset.manifest_io import read_manifest, shard_sizes
+from pipeline.dataset.listing import Problem, stated_problems
+from pipeline.dataset.manifest_io import read_manifest
+from pipeline.load import lengths
 from pipeline.tokenization import TokenizerError
 from pipeline.tokenization.dataset_copy import checked_file, copy_spec
 from schemas.manifest import Manifest
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """A file that fails a check: its path (relative to the directory where it lies inside it)
-    and the line that says how."""
-
-    path: str
-    line: str
-
-
-def _stated(data_dir: str, manifest: Manifest) -> tuple[dict[str, Problem], list[Problem]]:
-    """A stat each, no read: each shard missing or of another size (by path), and each stray file
-    in the split directories."""
-    sizes = shard_sizes(data_dir)
-    stated = {}
-    for shard in manifest.shards:
-        for problem in shard_problems(
-            [shard],
-            size_of=sizes.get,
-            open_binary=lambda relative: storage.open_raw(storage.join(data_dir, relative)),
-            hashes=False,
-        ):
-            stated[shard.path] = Problem(shard.path, str(problem))
-    listed = {s.path for s in manifest.shards}
-    strays = [Problem(path, f"not in the manifest: {path}") for path in sorted(set(sizes) - listed)]
-    return stated, strays
-
-
-def listing_problems(data_dir: str, manifest: Manifest) -> list[Problem]:
-    """The checks a listing answers (shards missing or of another size, strays), for a reader that
-    checks each shard as it reads it (`export`) and need not read every shard twice."""
-    stated, strays = _stated(data_dir, manifest)
-    return list(stated.values()) + strays
-
-
 def _shard_problems(data_dir: str, manifest: Manifest, stated: dict[str, Problem]) -> list[Problem]:
     """In manifest order, each shard's stated problem, else what reading it whole as the loader's
     lengths index reads it finds."""
-    from pipeline.load import lengths  # the load extra: export's listing check needs none of it
-
     found = []
     for shard in manifest.shards:
         if shard.path in stated:
@@ -99,7 +63,7 @@ def _tokenizer_problems(data_dir: str, manifest: Manifest) -> list[Problem]:
 
 def problems(data_dir: str, manifest: Manifest) -> list[Problem]:
     """Every file of the directory that fails a reader's check, and every stray shard file."""
-    stated, strays = _stated(data_dir, manifest)
+    stated, strays = stated_problems(data_dir, manifest)
     return (
         _shard_problems(data_dir, manifest, stated)
         + _tokenizer_problems(data_dir, manifest)

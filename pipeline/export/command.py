@@ -21,8 +21,8 @@ from pipeline.cli.arguments import CommandParser
 from pipeline.cli.commands import HelpFormatter
 from pipeline.dataset import storage
 from pipeline.dataset.integrity import repair_hint
+from pipeline.dataset.listing import listing_problems
 from pipeline.dataset.manifest_io import read_manifest
-from pipeline.dataset.verify import listing_problems
 from pipeline.export.split_stream import ExportError, split_chunks
 from pipeline.export.targets import TARGETS, Target
 from schemas import formats
