@@ -193,11 +193,16 @@ def _digests(prefix: str) -> dict[str, str]:
     return digests
 
 
-def _write_digests(prefix: str, digests: dict[str, str]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), suffix=".json.tmp")
+def _save_json_atomically(path: str, value: object) -> None:
+    """Writes `value` as JSON at `path` whole or not at all, as `_save_atomically` does arrays."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".json.tmp")
     with os.fdopen(fd, "w") as f:
-        json.dump(digests, f, sort_keys=True)
-    os.replace(tmp, _digests_path(prefix))
+        json.dump(value, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _write_digests(prefix: str, digests: dict[str, str]) -> None:
+    _save_json_atomically(_digests_path(prefix), digests)
 
 
 def _checked_load(prefix: str, name: str, digest: str) -> np.ndarray:
@@ -299,10 +304,7 @@ def _seen(prefix: str) -> list[str]:
 def _remember(prefix: str, signature: str) -> None:
     """Records that the file of this signature holds the entry's bytes (the latest few are kept)."""
     seen = [s for s in _seen(prefix) if s != signature][-(_SEEN_KEPT - 1) :] + [signature]
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), suffix=".json.tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(seen, f)
-    os.replace(tmp, f"{prefix}-seen.json")
+    _save_json_atomically(f"{prefix}-seen.json", seen)
 
 
 def _sha256(path: epath.Path, copy_to: BinaryIO | None = None) -> str:
