@@ -105,13 +105,12 @@ def test_a_bad_value_is_refused_in_one_line_with_status_2_from_a_flag_or_a_file(
     if command == "prepare":
         argv = ["--input", str(tmp_path / "in.txt"), "--output", out]
     else:
-        argv = ["--data", request.getfixturevalue("stories_dataset"), "--workdir", out]
+        argv = ["--data", request.getfixturevalue("token_dataset"), "--workdir", out]
     if given == "flag":
         argv += flags
     else:
         (tmp_path / "settings.toml").write_text(line + "\n")
         argv += ["--config", str(tmp_path / "settings.toml")]
-    capsys.readouterr()  # what preparing the data printed
     assert run_command(command, *argv) == 2
     assert _one_line(capsys) == f"{command}: error: {message}"
     assert not os.path.exists(out)

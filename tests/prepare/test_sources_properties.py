@@ -33,7 +33,7 @@ from support.runs import decoded_documents, run_prepare
 FAST, LONG = "fast", "long"
 settings.register_profile(
     FAST,
-    max_examples=40,
+    max_examples=20,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],

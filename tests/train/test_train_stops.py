@@ -103,10 +103,10 @@ def _one_line(stderr: str) -> str:
     ],
 )
 def test_each_bad_setting_is_refused_in_one_line_before_any_work(
-    stories_dataset, tmp_path, capsys, flags, message
+    token_dataset, tmp_path, capsys, flags, message
 ):
     workdir = str(tmp_path / "run")
-    code = run_command("train", *_train_args(stories_dataset, workdir, "--steps", "4", *flags))
+    code = run_command("train", *_train_args(token_dataset, workdir, "--steps", "4", *flags))
     out, err = capsys.readouterr()
     assert code == 2
     assert err.strip().splitlines() == [f"train: error: {message}"]
