@@ -97,7 +97,7 @@ class TiktokenParts:
 
     ranks: dict[bytes, int]  # each token's bytes and its id: tiktoken's rank is its id
     pattern: str  # tiktoken's split pattern
-    normalizes: bool  # whether the file's normalizer changes text (normal forms: non-ASCII only)
+    normal_forms: tuple[str, ...]  # the file's normalizer: Unicode normal forms, in order
 
 
 def _model_reason(model: dict) -> str | None:
@@ -121,15 +121,15 @@ def _model_reason(model: dict) -> str | None:
     return None
 
 
-def _normalizer_reason(normalizer: dict | None) -> tuple[str | None, bool]:
-    """The reason a normalizer stays on the library (or None), and whether it changes any text."""
+def _normalizer_reason(normalizer: dict | None) -> tuple[str | None, tuple[str, ...]]:
+    """The reason a normalizer stays on the library (or None), and the normal forms it applies."""
     if normalizer is None:
-        return None, False
+        return None, ()
     steps = normalizer.get("normalizers", []) if normalizer["type"] == "Sequence" else [normalizer]
     others = [s["type"] for s in steps if s["type"] not in NORMAL_FORMS]
     if others:
-        return f"normalizer: {', '.join(others)}, not a Unicode normal form", False
-    return None, bool(steps)
+        return f"normalizer: {', '.join(others)}, not a Unicode normal form", ()
+    return None, tuple(s["type"] for s in steps)
 
 
 def _pattern_of(pre_tokenizer: dict | None) -> tuple[str | None, str]:
@@ -216,7 +216,7 @@ def tiktoken_parts(definition: dict) -> TiktokenParts | str:
     reason = _model_reason(model)
     if reason:
         return reason
-    reason, normalizes = _normalizer_reason(definition.get("normalizer"))
+    reason, normal_forms = _normalizer_reason(definition.get("normalizer"))
     if reason:
         return reason
     pattern, reason = _pattern_of(definition.get("pre_tokenizer"))
@@ -234,4 +234,4 @@ def tiktoken_parts(definition: dict) -> TiktokenParts | str:
     reason = _merges_reason(model.get("merges", []), model["vocab"])
     if reason:
         return reason
-    return TiktokenParts(ranks, pattern, normalizes)
+    return TiktokenParts(ranks, pattern, normal_forms)
