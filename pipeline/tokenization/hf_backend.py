@@ -103,7 +103,9 @@ def boundary_of(definition: dict, config: dict | None) -> tuple[str | None, str 
 def identity_sha256(definition: dict) -> str:
     """A hash of the whole definition (model, merges, normalizer, pre-tokenizer, added tokens), in a
     canonical JSON form: a file saved with other whitespace or key order hashes the same."""
-    canonical = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+    )
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -125,14 +127,16 @@ class HFTokenizer:
         bos_flag: str | None,
         eos_flag: str | None,
         name: str | None = None,
-        definition: object = None,
+        read: tuple[str, object] | None = None,
     ):
-        """`definition`: the file's JSON where the caller has parsed it already."""
+        """`read`: the file's text and its JSON, where the caller has read them already."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
-            with open(path, encoding="utf-8") as f:
-                self._text = f.read()
-            definition = json.loads(self._text) if definition is None else definition
+            if read is None:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                read = text, json.loads(text)
+            self._text, definition = read
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
         except Exception as e:  # the library raises plain Exceptions
             raise TokenizerError(
