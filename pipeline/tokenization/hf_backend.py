@@ -21,16 +21,19 @@ cores times cores threads on the machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import unicodedata
+from collections.abc import Callable
 
 import numpy as np
 import tiktoken
 import tokenizers
 
+from pipeline.forking import in_child
 from pipeline.tokenization.boundaries import (
     Boundary,
     TokenizerError,
@@ -109,6 +112,17 @@ def identity_sha256(definition: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _unreadable(path: str, error: Exception) -> TokenizerError:
+    return TokenizerError(f"{path!r} is not a tokenizer.json the tokenizers library reads: {error}")
+
+
+def _identity_and_reason(definition: dict, forced: bool) -> tuple[str, str | None]:
+    """The definition's identity, and the reason tiktoken cannot give its ids (None where it can,
+    or where the library is `forced`)."""
+    parts = None if forced else tiktoken_parts(definition)
+    return identity_sha256(definition), parts if isinstance(parts, str) else None
+
+
 def _without_surrogates(texts: list[str]) -> list[str]:
     """Lone surrogates (from JSON escapes) replaced by U+FFFD, as tiktoken does: the library takes
     only valid Unicode."""
@@ -129,7 +143,11 @@ class HFTokenizer:
         name: str | None = None,
         read: tuple[str, object] | None = None,
     ):
-        """`read`: the file's text and its JSON, where the caller has read them already."""
+        """`read`: the file's text and its JSON, where the caller has read them already.
+
+        The definition's identity hash and the rules of `byte_level_bpe` (a second of CPU together
+        for a 150,000-id vocabulary) are worked out in a forked child while this process builds the
+        library's tokenizer, tiktoken's encoding and encodes the probe (`forking`)."""
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         try:
             if read is None:
@@ -137,11 +155,25 @@ class HFTokenizer:
                     text = f.read()
                 read = text, json.loads(text)
             self._text, definition = read
+        except Exception as e:
+            raise _unreadable(path, e) from None
+        forced = os.environ.get(ENGINE_ENV) == self.library
+        with in_child(functools.partial(_identity_and_reason, definition, forced)) as checked:
+            self._load(path, definition, bos_flag, eos_flag, name, checked)
+
+    def _load(
+        self,
+        path: str,
+        definition: dict,
+        bos_flag: str | None,
+        eos_flag: str | None,
+        name: str | None,
+        checked: Callable[[], tuple[str, str | None]],
+    ) -> None:
+        try:
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
         except Exception as e:  # the library raises plain Exceptions
-            raise TokenizerError(
-                f"{path!r} is not a tokenizer.json the tokenizers library reads: {e}"
-            ) from None
+            raise _unreadable(path, e) from None
         self._tokenizer.encode_special_tokens = True
         # A file saved with truncation or padding on would cut or pad every document.
         self._tokenizer.no_truncation()
@@ -168,12 +200,12 @@ class HFTokenizer:
         )
         self._normalizer: tokenizers.normalizers.Normalizer | None = None
         self._normal_forms: tuple[str, ...] = ()
-        self._fast, self.engine_note = self._tiktoken_engine(definition, specials)
+        self._fast, self.engine_note = self._tiktoken_engine(definition, specials, checked)
         self.engine = self.library if self._fast is None else "tiktoken"
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.info = TokenizerInfo(
             name=name or os.path.basename(os.path.dirname(os.path.abspath(path))) or TOKENIZER_FILE,
-            vocab_sha256=identity_sha256(definition),
+            vocab_sha256=checked()[0],
             n_vocab=max(vocab.values()) + 1,
             eot_id=self.boundary.eos_id,
             tiktoken_version="",
@@ -184,13 +216,14 @@ class HFTokenizer:
         )
 
     def _tiktoken_engine(
-        self, definition: dict, specials: set[str]
+        self, definition: dict, specials: set[str], checked: Callable[[], tuple[str, str | None]]
     ) -> tuple[TiktokenDocuments | None, str]:
         """tiktoken's encoding of this file where it gives the library's ids, and the line that
-        says which engine encodes (and why not tiktoken)."""
+        says which engine encodes (and why not tiktoken). `checked` gives the reason the rules
+        find, all of them checked (the merges' too, left out here)."""
         if os.environ.get(ENGINE_ENV) == self.library:
             return None, f"{ENGINE_ENV}={self.library}; encoded by {self.library}"
-        parts = tiktoken_parts(definition)
+        parts = tiktoken_parts(definition, check_merges=False)
         if isinstance(parts, str):
             return None, f"{parts}; encoded by {self.library}"
         boundary = {self.boundary.eos_token: self.boundary.eos_id}
@@ -212,6 +245,9 @@ class HFTokenizer:
         probe = PROBE + " ".join(sorted(specials))
         expected = self._encode_batch([probe])[0]
         got = encode_document(encoding(), self._normalized([probe])[0]).tolist()
+        reason = checked()[1]
+        if reason:
+            return None, f"{reason}; encoded by {self.library}"
         if got != expected:
             at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), len(expected))
             return None, (

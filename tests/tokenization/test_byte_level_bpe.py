@@ -188,7 +188,7 @@ def test_a_file_whose_probe_text_differs_stays_on_the_library(tmp_path, monkeypa
     monkeypatch.setattr(
         hf_backend,
         "tiktoken_parts",
-        lambda definition: TiktokenParts(parts(definition).ranks, PATTERNS["llama3"], ()),
+        lambda definition, **checks: TiktokenParts(parts(definition).ranks, PATTERNS["llama3"], ()),
     )
     tokenizer = _load(path)
     assert tokenizer.engine == "tokenizers"
