@@ -13,6 +13,7 @@ It lives in `pipeline/` itself: tokenizer loading (`tokenization/`) and prepare'
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing.connection
 import os
 import signal
@@ -40,12 +41,12 @@ def _run_child(work: Callable[[], object], send: multiprocessing.connection.Conn
 
 @contextlib.contextmanager
 def in_child(work: Callable[[], T]) -> Iterator[Callable[[], T]]:
-    """Starts `work` in a forked child, and yields what waits for its result (a picklable value).
-    Where forking is unsafe, or the child ends without a result (`work` raised), `work` runs in
-    this process: the caller gets its value or its exception either way. The child does not
-    outlive the block."""
+    """Starts `work` in a forked child, and yields what waits for its result (a picklable value,
+    worked out once however often it is asked for). Where forking is unsafe, or the child ends
+    without a result (`work` raised), `work` runs in this process: the caller gets its value or its
+    exception either way. The child does not outlive the block."""
     if not fork_is_safe():
-        yield work
+        yield functools.cache(work)
         return
     receive, send = multiprocessing.Pipe(duplex=False)
     pid = os.fork()
@@ -54,6 +55,7 @@ def in_child(work: Callable[[], T]) -> Iterator[Callable[[], T]]:
         _run_child(work, send)
     send.close()
 
+    @functools.cache
     def result() -> T:
         try:
             return receive.recv()

@@ -16,10 +16,11 @@ def _pid_and_parent() -> tuple[int, int]:
     return os.getpid(), os.getppid()
 
 
-def test_work_runs_in_a_forked_child_and_its_result_comes_back():
+def test_work_runs_once_in_a_forked_child_and_its_result_comes_back():
     assert fork_is_safe()
     with in_child(_pid_and_parent) as result:
         pid, parent = result()
+        assert result() == (pid, parent)  # not worked out here once the child has answered
     assert pid != os.getpid() and parent == os.getpid()
 
 
@@ -37,8 +38,9 @@ def test_with_another_thread_running_the_work_runs_here():
     thread.start()
     try:
         assert not fork_is_safe()
-        with in_child(_pid_and_parent) as result:
-            assert result() == (os.getpid(), os.getppid())
+        calls = []
+        with in_child(lambda: calls.append(os.getpid()) or len(calls)) as result:
+            assert (result(), result(), calls) == (1, 1, [os.getpid()])
     finally:
         stop.set()
         thread.join()
