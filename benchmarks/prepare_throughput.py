@@ -41,7 +41,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -101,9 +100,12 @@ def make_corpus(path: str, megabytes: int, processes: int) -> None:
 
 
 def read_documents(path: str) -> list[str]:
+    """The corpus's documents, stripped, as `make_corpus` separates them (a line of `ENDOFTEXT`
+    after each): `str.split` finds the separators several times as fast as a regex, a minute or
+    more saved on 10 GiB."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    docs = re.split(rf"(?m)^{re.escape(ENDOFTEXT)}\n", text)
+    docs = text.split(f"\n{ENDOFTEXT}\n")
     return [d.strip() for d in docs if d.strip()]
 
 
