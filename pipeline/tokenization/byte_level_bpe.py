@@ -18,7 +18,7 @@ behind every rule is in docs/byte-level-bpe.md. In short:
 - added tokens: all special, so that with special-token splitting off their text is plain text.
 
 A file that passes is still only encoded by tiktoken after `PROBE` gave equal ids both ways
-(`HFTokenizer` runs it when it loads the file).
+(`HFTokenizer` runs it when it loads the file, while a forked child checks the rules meanwhile).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class TiktokenParts:
 
     ranks: dict[bytes, int]  # each token's bytes and its id: tiktoken's rank is its id
     pattern: str  # tiktoken's split pattern
-    normalizes: bool  # whether the file's normalizer changes text (normal forms: non-ASCII only)
+    normal_forms: tuple[str, ...]  # the file's normalizer: Unicode normal forms, in order
 
 
 def _model_reason(model: dict) -> str | None:
@@ -121,15 +121,15 @@ def _model_reason(model: dict) -> str | None:
     return None
 
 
-def _normalizer_reason(normalizer: dict | None) -> tuple[str | None, bool]:
-    """The reason a normalizer stays on the library (or None), and whether it changes any text."""
+def _normalizer_reason(normalizer: dict | None) -> tuple[str | None, tuple[str, ...]]:
+    """The reason a normalizer stays on the library (or None), and the normal forms it applies."""
     if normalizer is None:
-        return None, False
+        return None, ()
     steps = normalizer.get("normalizers", []) if normalizer["type"] == "Sequence" else [normalizer]
     others = [s["type"] for s in steps if s["type"] not in NORMAL_FORMS]
     if others:
-        return f"normalizer: {', '.join(others)}, not a Unicode normal form", False
-    return None, bool(steps)
+        return f"normalizer: {', '.join(others)}, not a Unicode normal form", ()
+    return None, tuple(s["type"] for s in steps)
 
 
 def _pattern_of(pre_tokenizer: dict | None) -> tuple[str | None, str]:
@@ -209,14 +209,16 @@ def _merges_reason(merges: list, vocab: dict[str, int]) -> str | None:
     return None
 
 
-def tiktoken_parts(definition: dict) -> TiktokenParts | str:
+def tiktoken_parts(definition: dict, *, check_merges: bool = True) -> TiktokenParts | str:
     """The ranks, split pattern and normalizing of a `tokenizer.json` (its parsed JSON), or the
-    reason tiktoken cannot be shown to give its ids (a phrase for "...; encoded by tokenizers")."""
+    reason tiktoken cannot be shown to give its ids (a phrase for "...; encoded by tokenizers").
+    `check_merges=False` leaves out the last rule, the merges' (the costliest, a fifth of a second
+    on 150,000 merges), for a caller that has it checked in another process meanwhile."""
     model = definition.get("model") or {}
     reason = _model_reason(model)
     if reason:
         return reason
-    reason, normalizes = _normalizer_reason(definition.get("normalizer"))
+    reason, normal_forms = _normalizer_reason(definition.get("normalizer"))
     if reason:
         return reason
     pattern, reason = _pattern_of(definition.get("pre_tokenizer"))
@@ -231,7 +233,7 @@ def tiktoken_parts(definition: dict) -> TiktokenParts | str:
     ranks, reason = _ranks(model["vocab"])
     if ranks is None:
         return reason
-    reason = _merges_reason(model.get("merges", []), model["vocab"])
+    reason = _merges_reason(model.get("merges", []), model["vocab"]) if check_merges else None
     if reason:
         return reason
-    return TiktokenParts(ranks, pattern, normalizes)
+    return TiktokenParts(ranks, pattern, normal_forms)

@@ -57,12 +57,13 @@ def _is_rank_file(path: str) -> bool:
     return re.fullmatch(rb"[A-Za-z0-9+/]+=* \d+", first) is not None
 
 
-def _read_json(path: str) -> object:
-    """A JSON tokenizer file, parsed once: a spec file, or a `tokenizer.json` whose parse (a second
-    or more for a large vocabulary) `HFTokenizer` then reuses."""
+def _read_json(path: str) -> tuple[str, object]:
+    """A JSON tokenizer file's text and its parse, read once: a spec file, or a `tokenizer.json`
+    whose text and parse (a second or more for a large vocabulary) `HFTokenizer` then reuses."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            text = f.read()
+        return text, json.loads(text)
     except (OSError, ValueError) as e:
         raise TokenizerError(f"tokenizer file {path!r} is not JSON: {e}") from None
 
@@ -104,10 +105,10 @@ def load_tokenizer(
         return SentencePieceTokenizer(spec, **flags)
     if spec.endswith(".toml"):
         return TiktokenTokenizer.from_spec_file(spec, **flags)
-    head = _read_json(spec)
+    text, head = _read_json(spec)
     if isinstance(head, dict) and all(k in head for k in SPEC_KEYS):
         return TiktokenTokenizer.from_spec_file(spec, **flags)
-    return HFTokenizer(spec, definition=head, **flags)
+    return HFTokenizer(spec, read=(text, head), **flags)
 
 
 def tokenizer_info(

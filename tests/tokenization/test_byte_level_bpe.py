@@ -188,12 +188,25 @@ def test_a_file_whose_probe_text_differs_stays_on_the_library(tmp_path, monkeypa
     monkeypatch.setattr(
         hf_backend,
         "tiktoken_parts",
-        lambda definition: TiktokenParts(parts(definition).ranks, PATTERNS["llama3"], False),
+        lambda definition, **checks: TiktokenParts(parts(definition).ranks, PATTERNS["llama3"], ()),
     )
     tokenizer = _load(path)
     assert tokenizer.engine == "tokenizers"
     assert tokenizer.engine_note.startswith("the probe text's ids differ from the library's at")
     assert tokenizer.engine_note.endswith(LIBRARY_LINE)
+
+
+def test_only_text_a_normal_form_leaves_as_it_is_skips_the_librarys_normalizer(
+    tmp_path, monkeypatch
+):
+    """Text already in NFC by Python's quick check goes to tiktoken as it is; text with surrogates
+    does not: a pair of them (from JSON escapes) is one combining mark (U+1D165, class 216) to the
+    library, which NFC moves before the acute accent (class 230)."""
+    path = write_small(str(tmp_path), PATTERNS["qwen2"], nfc=True)
+    fast, library = _load(path), _library(path, monkeypatch)
+    docs = ["q\u0301\ud834\udd65", "caf\u00e9 \ufb01 \u00c5", "cafe\u0301 A\u030a", "x\ud800y"]
+    for got, expected in zip(fast.encode_documents(docs), library.encode_documents(docs)):
+        np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.integration

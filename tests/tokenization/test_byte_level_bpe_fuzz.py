@@ -2,19 +2,22 @@
 vocabularies written as `tokenizer.json` files offline: GPT-2 (its shipped ranks, `ByteLevel`'s own
 regex), Llama-3-style (cl100k ranks, Llama 3's pattern, 256 reserved specials), o200k (its
 pattern), Qwen2-style (NFC, digits alone) and Mistral's Tekken; on random Unicode and the test
-corpora. And prepare writes the same bytes on either engine, on two workers and after a resume."""
+corpora. And prepare writes the same bytes on either engine, on two workers and after a resume.
+Text that Python's quick check finds in a normal form skips the library's normalizer: every code
+point is checked to be left as it is by the library wherever Python says so."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import unicodedata
 
 import pytest
 import tokenizers
 
 from pipeline.corpus import stories
-from pipeline.tokenization.byte_level_bpe import PATTERNS
+from pipeline.tokenization.byte_level_bpe import NORMAL_FORMS, PATTERNS
 from pipeline.tokenization.hf_backend import ENGINE_ENV, HFTokenizer, _without_surrogates
 from schemas import formats
 from support.bpe_files import random_unicode, write_small, write_style
@@ -46,6 +49,24 @@ def test_tiktoken_gives_the_librarys_ids_on_five_vocabularies(tmp_path, style):
     expected = library.encode_batch_fast(_without_surrogates(docs), add_special_tokens=False)
     differ = [i for i, d in enumerate(docs) if tokenizer.encode_ordinary(d) != expected[i].ids]
     assert differ == [], f"{len(differ)} of {len(docs)} documents differ, first {docs[differ[0]]!r}"
+
+
+@pytest.mark.parametrize("form", NORMAL_FORMS)
+def test_the_library_leaves_what_pythons_quick_check_finds_normalized(form):
+    """On every code point alone, after a mark of class 230 and before one of class 220 (where the
+    two Unicode versions' combining classes and decompositions would show), both ways."""
+    library = getattr(tokenizers.normalizers, form)()
+    changed = [
+        text
+        for code in range(0x110000)
+        if not 0xD800 <= code < 0xE000
+        for text in (chr(code), f"q\u0301{chr(code)}", f"q{chr(code)}\u0316")
+        if unicodedata.is_normalized(form, text) and library.normalize_str(text) != text
+    ]
+    assert changed == [], (
+        f"{len(changed)} texts in {form} by Python's Unicode {unicodedata.unidata_version} are "
+        f"changed by the library, first {changed[0]!r}"
+    )
 
 
 def test_prepare_writes_the_same_bytes_on_either_engine_on_two_workers_and_after_a_resume(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.cli import interrupts
+from pipeline.forking import fork_is_safe
 from pipeline.prepare.execution.beam_units import Build, Preload, run_units, start_units
 from pipeline.prepare.execution.failures import any_failure
 from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
@@ -97,13 +97,9 @@ class _Workers:
 
 
 def _start_method() -> str:
-    """Forking skips a second import of Beam, but is safe only while no other Python thread runs (a
-    thread holding a lock at the fork holds it forever in the child) and JAX has not started its
-    runtime (JAX itself warns then); otherwise the job starts in a fresh interpreter."""
-    xla = sys.modules.get("jax._src.xla_bridge")
-    if threading.active_count() == 1 and not (xla and xla.backends_are_initialized()):
-        return "fork"
-    return "spawn"
+    """Forking skips a second import of Beam, where it is safe (`forking`); otherwise the job starts
+    in a fresh interpreter."""
+    return "fork" if fork_is_safe() else "spawn"
 
 
 def _watch_local(
