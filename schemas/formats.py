@@ -55,7 +55,7 @@ EXPORT_VERSION = 1
 # mixes sources per row or piece: the same position means other batches, so another version is
 # refused. Version 3 packs document rows best fit over a block of draws (first fit by name).
 # Version 4 packs best-fit groups of 64 rows' worth, each passing its row less than half full on to
-# the next.
+# the next, and names the packing in the state, so a state of one packing is refused by another.
 LOADER_STATE_VERSION = 4
 SHARD_STEM = "data.array_record"
 

@@ -44,6 +44,7 @@ class HostRows:
     def __init__(self, config: LoaderConfig, manifests: tuple[Manifest, ...]):
         self._config = config
         self._manifests = manifests
+        self.packing = config.packing
         index, count = resolve_shard(config.shard_index, config.shard_count)
         self.rows = host_batch_size(config)
         self._first_row = index * self.rows

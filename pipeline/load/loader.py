@@ -125,7 +125,11 @@ class _HostBatchIterator(grain.DatasetIterator):
         return batch_of(self._window, k)
 
     def get_state(self) -> dict[str, Any]:
-        return {"position": self._position.to_list(), "version": formats.LOADER_STATE_VERSION}
+        return {
+            "position": self._position.to_list(),
+            "version": formats.LOADER_STATE_VERSION,
+            "packing": self._host.packing,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         version = state.get("version", 1)
@@ -135,6 +139,12 @@ class _HostBatchIterator(grain.DatasetIterator):
                 f"loader is version {formats.LOADER_STATE_VERSION} and draws other batches, so "
                 "resuming would train on other data; resume with the release that saved it, or "
                 "start a new run"
+            )
+        if state.get("packing") != self._host.packing:
+            raise LoaderError(
+                f"the loader state is a position in batches packed {state.get('packing')!r}; this "
+                f"loader packs {self._host.packing!r}, whose batches differ, so resuming would "
+                "train on other data; resume with the packing that saved it, or start a new run"
             )
         self._close_reader()
         self._position = Position.from_list(state["position"])

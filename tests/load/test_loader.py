@@ -278,6 +278,25 @@ def test_a_state_of_an_earlier_plan_is_refused_in_one_line(prepared, version):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "saved, restoring",
+    [("concat", "document"), ("document", "document-first-fit"), ("document-first-fit", "concat")],
+)
+def test_a_state_of_another_packing_is_refused_in_one_line(prepared, saved, restoring):
+    # A position counts windows, best-fit rows or first-fit pieces: read by another packing, it
+    # would be a position in other batches.
+    it = make_iterator(config(prepared, packing=saved))
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    it.close()
+    restored = make_iterator(config(prepared, packing=restoring))
+    refused = f"packed {saved!r}; this loader packs {restoring!r}"
+    with pytest.raises(LoaderError, match=refused) as e:
+        restored.set_state(state)
+    assert "\n" not in str(e.value)
+    restored.set_state({**state, "packing": restoring})  # the same position, its own packing
+
+
 @pytest.mark.integration
 def test_state_and_batches_do_not_depend_on_the_worker_count(prepared):
     # Document packing: its state (a record and a piece offset) is the richer one. Every
