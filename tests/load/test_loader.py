@@ -20,6 +20,9 @@ from pipeline.load import (
     make_iterator,
     open_prepared,
 )
+from pipeline.load.directories import open_sources
+from pipeline.load.global_index import Position
+from pipeline.load.host_rows import HostRows
 from schemas import formats
 from support.batches import assert_same, take
 from support.runs import REPO
@@ -264,6 +267,26 @@ def test_restore_continues_exactly(prepared, packing):
     for point in (7, 0, 3, 11):
         restored.set_state(states[point])
         assert_same(take(restored, 12 - point), reference[point:])
+
+
+@pytest.mark.parametrize("packing", ["concat", "document", "document-first-fit"])
+def test_records_held_from_the_window_before_lay_out_what_fresh_reads_do(prepared, packing):
+    # Windows laid out one after another share the records where they meet, and those are not
+    # read again: each window must hold what a reader that held nothing lays out.
+    cfg = config(prepared, packing=packing)
+    manifests = open_sources(cfg.sources)
+    walking = HostRows(cfg, manifests)
+    position, before, shared = Position.start(1), set(), 0
+    for _ in range(10):
+        records = set(walking.planner.plan_steps(position, 3)[0].record.tolist())
+        window, fresh = walking.window(3), HostRows(cfg, manifests).window(3)
+        after = walking.fill(position, window)
+        assert HostRows(cfg, manifests).fill(position, fresh) == after
+        for name in window:
+            np.testing.assert_array_equal(window[name], fresh[name])
+        shared += bool(records & before)
+        position, before = after[-1], records
+    assert shared >= 5
 
 
 @pytest.mark.parametrize("version", [2, 3])
