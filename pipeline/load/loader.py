@@ -12,10 +12,11 @@ The global batch at step `s` depends on the data, the seed, `seq_len`, the globa
 packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
 `b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
 plan's position (a few integers, JSON, the same on every process), with the version of the plan
-that gave it: a state of another version is refused, not read as a position in other batches. It
-fits `grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
-with any `shard_count` that divides the global batch and any `worker_count`: the restored
-iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
+that gave it and the packing: a state of another version or packing is refused, not read as a
+position in other batches. It fits `grain.checkpoint.CheckpointSave` in an Orbax
+CheckpointManager, and restores into an iterator with any `shard_count` that divides the global
+batch and any `worker_count`: the restored iterator yields exactly the rows of the global batches
+the uninterrupted run would have seen.
 """
 
 from __future__ import annotations
