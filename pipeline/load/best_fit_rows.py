@@ -9,9 +9,10 @@ buffer of chunks, so its rows are a function of the block alone: the plan's posi
 of draws and of rows taken of the block in progress, and a run resumes anywhere in milliseconds.
 
 A block's shared pieces (those shorter than a row) are packed in groups of consecutive draws of
-about `GROUP_ROWS` rows' worth, so that a row holds documents of a few neighbouring records and a
-window of steps reads about as many records as first fit does (a block packed whole made each
-window of ~200-token stories read seven times as many, groups of 256 rows 30% more). The row a
+about `GROUP_ROWS` rows' worth, so that a row holds documents of a few neighbouring records: a
+window of 32 steps of ~200-token stories reads a sixth more records than first fit (a block packed
+whole made it read seven times as many, groups of 256 rows 30% more), and, where the window before
+was read in the same process, about as many (`host_rows` keeps that window's records). The row a
 group leaves less than half full (there is at most one: a row opened later held a piece longer
 than the room of every row before it) is not closed: its pieces go on to the next group, so the
 block pads only where its last group ends and in the small gaps best fit leaves.
