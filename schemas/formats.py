@@ -54,7 +54,9 @@ EXPORT_VERSION = 1
 # Version 2 draws rows from the whole epoch (version 1 cut them from a stream of whole records) and
 # mixes sources per row or piece: the same position means other batches, so another version is
 # refused. Version 3 packs document rows best fit over a block of draws (first fit by name).
-LOADER_STATE_VERSION = 3
+# Version 4 packs best-fit groups of 64 rows' worth, each passing its row less than half full on to
+# the next, and names the packing in the state, so a state of one packing is refused by another.
+LOADER_STATE_VERSION = 4
 SHARD_STEM = "data.array_record"
 
 # ArrayRecord writer options: uncompressed (token ids barely compress) and one record per chunk,

@@ -9,71 +9,73 @@ buffer of chunks, so its rows are a function of the block alone: the plan's posi
 of draws and of rows taken of the block in progress, and a run resumes anywhere in milliseconds.
 
 A block's shared pieces (those shorter than a row) are packed in groups of consecutive draws of
-about `GROUP_ROWS` rows' worth: a row then holds documents of a few neighbouring records, not of
-any of the block's thousand, and a window of steps reads about as many records as first fit does
-(packed whole, a block of ~200-token stories made each window read seven times as many, and the
-loader without workers about half as fast). A group leaves about half a row of padding, a 500th of
-its rows. Web pages'
-last pieces are few: their groups are whole blocks.
+about `GROUP_ROWS` rows' worth, so that a row holds documents of a few neighbouring records: a
+window of 32 steps of ~200-token stories reads a sixth more records than first fit (a block packed
+whole made it read seven times as many, groups of 256 rows 30% more), and, where the window before
+was read in the same process, about as many (`host_rows` keeps that window's records). The row a
+group leaves less than half full (there is at most one: a row opened later held a piece longer
+than the room of every row before it) is not closed: its pieces go on to the next group, so the
+block pads only where its last group ends and in the small gaps best fit leaves.
 
-The rows come in the order of the first draw each holds, so a batch keeps the epoch's keyed order
-(a long document's full pieces land all over it) instead of all full pieces first.
+A row's pieces lie in draw order, and the rows come in the order of the last draw each holds: a
+batch keeps the epoch's keyed order (a long document's full pieces land all over it, not all
+first), and a record's documents that share a row lie side by side, as in the record.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 
 import numpy as np
 
 __all__ = ["BestFitRows"]
 
 
-GROUP_ROWS = 256  # rows' worth of shared pieces packed together
+GROUP_ROWS = 64  # rows' worth of shared pieces packed together
 
 
-def _best_fit_decreasing(
-    lengths: list[int], by_length: list[int], width: int, rows: list[list[int]]
-) -> None:
-    """Appends to `rows` the rows that pieces `by_length` (longest first) fill, each piece in the
-    row with the least room that holds it (of those, the last to come to that room), else a new
-    one."""
-    # Rows by their room: at most `width` distinct values, so the sorted list of those present
-    # stays short however many rows are open.
-    having: dict[int, list[int]] = {}  # room -> the rows with that much room
-    rooms: list[int] = []  # the keys of `having`, ascending
+def _best_fit_decreasing(sizes: list[int], width: int) -> tuple[list[int], list[int]]:
+    """The row of each piece of `sizes` (longest first) and the room each row has left: each piece
+    goes into the row with the least room that holds it (of those, the last to come to that room),
+    else a new one."""
+    row_of: list[int] = []
+    room: list[int] = []
+    # Rows by their room, as a stack per room threaded through `below`: no list is made per room,
+    # so a block's packing leaves the garbage collector nothing to scan.
+    top = [-1] * (width + 1)  # room -> the row that came to it last, or -1
+    below: list[int] = []  # row -> the row that came to its room before it, or -1
+    rooms: list[int] = []  # the rooms some row has, ascending
     # The row filled last, filed under its room only when a piece of another length comes: no row
     # has room between a length and the room that row had, so while it holds the next piece of the
     # same length, it is that piece's row.
     last, left, last_n = -1, 0, 0
-    for piece in by_length:
-        n = lengths[piece]
+    for n in sizes:
         if n != last_n or left < n:
             if left:
-                if left in having:
-                    having[left].append(last)
-                else:
-                    having[left] = [last]
+                if top[left] < 0:
                     bisect.insort(rooms, left)
+                below[last], top[left] = top[left], last
             if not rooms or rooms[-1] < n:
-                last, left = len(rows), width
-                rows.append([])
+                last, left = len(room), width
+                room.append(width)
+                below.append(-1)
             else:
                 at = bisect.bisect_left(rooms, n)
                 left = rooms[at]
-                same = having[left]
-                last = same.pop()
-                if not same:
-                    del having[left], rooms[at]
+                last = top[left]
+                top[left] = below[last]
+                if top[left] < 0:
+                    del rooms[at]
             last_n = n
-        rows[last].append(piece)
+        row_of.append(last)
         left -= n
+        room[last] = left
+    return row_of, room
 
 
 class BestFitRows:
     """Rows of width `width` holding pieces `lengths` (each at most `width`): row `r` holds the
-    pieces `pieces[first[r]:first[r + 1]]` (indices into `lengths`, longest first), each from token
+    pieces `pieces[first[r]:first[r + 1]]` (indices into `lengths`, in draw order), each from token
     `offset` of the row with segment id `segment`, and `tokens[r]` tokens in all. `tokens` is a
     plain list (the plan's walk reads it a row at a time), the rest int64 arrays."""
 
@@ -81,23 +83,30 @@ class BestFitRows:
 
     def __init__(self, lengths: list[int], width: int, *, group_rows: int = GROUP_ROWS):
         size = np.asarray(lengths, np.int64)
-        # Each group of pieces is packed on its own: a new group starts where the pieces that share
-        # rows reach `group_rows` rows' worth of tokens.
-        shared = np.where(size < width, size, 0)
-        group = (np.cumsum(shared) - shared) // (group_rows * width)
-        starts = np.flatnonzero(np.diff(group, prepend=-1)).tolist()
-        rows: list[list[int]] = []
-        for begin, end in zip(starts, [*starts[1:], len(lengths)]):
-            by_length = begin + np.argsort(-size[begin:end], kind="stable")
-            _best_fit_decreasing(lengths, by_length.tolist(), width, rows)
-        counts = np.fromiter(map(len, rows), np.int64, len(rows))
-        pieces = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(counts.sum()))
-        first = np.cumsum(counts) - counts
-        order = np.argsort(np.minimum.reduceat(pieces, first), kind="stable")  # by first draw
+        row_of = np.arange(len(size))  # a full piece is a row; shared rows are numbered after
+        rows = len(size)
+        shared = np.flatnonzero(size < width)
+        group = (np.cumsum(size[shared]) - size[shared]) // (group_rows * width)
+        bounds = [*np.flatnonzero(np.diff(group, prepend=-1)).tolist(), len(shared)]
+        carried = shared[:0]
+        for begin, end in zip(bounds, bounds[1:]):
+            pieces = np.concatenate((carried, shared[begin:end]))
+            pieces = pieces[np.argsort(-size[pieces], kind="stable")]
+            row, room = _best_fit_decreasing(size[pieces].tolist(), width)
+            row = np.array(row, np.int64)
+            # The row less than half full waits for the next group's pieces, if any come.
+            wait = (2 * np.array(room) > width)[row] & (end < len(shared))
+            row_of[pieces] = rows + row
+            rows += len(room)
+            carried = np.sort(pieces[wait])
+        by_row = np.lexsort((np.arange(len(size)), row_of))  # each row's pieces in draw order
+        starts = np.flatnonzero(np.diff(row_of[by_row], prepend=-1))
+        counts = np.diff([*starts.tolist(), len(size)])
+        order = np.argsort(by_row[starts + counts - 1])  # rows by their last draw
         counts = counts[order]
         self.first = np.concatenate(([0], np.cumsum(counts)))
         rank = np.arange(self.first[-1]) - np.repeat(self.first[:-1], counts)
-        self.pieces = pieces[np.repeat(first[order], counts) + rank]
+        self.pieces = by_row[np.repeat(starts[order], counts) + rank]
         self.segment = rank + 1
         before = np.cumsum(size[self.pieces]) - size[self.pieces]
         self.offset = before - np.repeat(before[self.first[:-1]], counts)

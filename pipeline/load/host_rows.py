@@ -44,6 +44,7 @@ class HostRows:
     def __init__(self, config: LoaderConfig, manifests: tuple[Manifest, ...]):
         self._config = config
         self._manifests = manifests
+        self.packing = config.packing
         index, count = resolve_shard(config.shard_index, config.shard_count)
         self.rows = host_batch_size(config)
         self._first_row = index * self.rows
@@ -53,12 +54,20 @@ class HostRows:
         self._walked: tuple[Position, Position] | None = (
             None  # (a start, the position reached from it)
         )
+        self._held: dict[int, np.ndarray] = {}  # the last window's records, by source and index
         self._dtype = numpy_dtype(manifests[0].dtype)
         self._window_dtype = transport_dtype(manifests[0].tokenizer.n_vocab, config.seq_len)
         self._eot = manifests[0].tokenizer.eot_id
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planner": None, "_lengths": [], "_sources": [], "_walked": None}
+        return {
+            **self.__dict__,
+            "_planner": None,
+            "_lengths": [],
+            "_sources": [],
+            "_walked": None,
+            "_held": {},
+        }
 
     @property
     def planner(self) -> Planner:
@@ -129,12 +138,16 @@ class HostRows:
             width=planner.width,
         )
         # Records are read whole (ArrayRecord's unit), once per window, and held as the bytes read;
-        # only the parts are copied.
+        # only the parts are copied. Those the window before held are not read again: where a
+        # window begins, its first rows share records with the last rows of the one before.
         keys, which = np.unique(mine.source << _RECORD_BITS | mine.record, return_inverse=True)
-        records = []
+        listed = keys.tolist()
+        missing = np.array([k for k in listed if k not in self._held], np.int64)
         for source, split in enumerate(self._sources):
-            mask = keys >> _RECORD_BITS == source
-            records += map(self._tokens, split.read(keys[mask] & _RECORD_MASK))
+            ask = missing[missing >> _RECORD_BITS == source]
+            self._held.update(zip(ask.tolist(), map(self._tokens, split.read(ask & _RECORD_MASK))))
+        records = [self._held[k] for k in listed]
+        self._held = dict(zip(listed, records))
         if self._config.packing == "concat":
             concat_rows(mine, records, which, window, width=planner.width)
         else:

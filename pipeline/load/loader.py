@@ -12,10 +12,11 @@ The global batch at step `s` depends on the data, the seed, `seq_len`, the globa
 packing, the mixture's weights and `s`; a process holds rows `[i * b, (i + 1) * b)` of it, where
 `b = global_batch_size / shard_count` and `i` is its `shard_index`. The iterator's state is the
 plan's position (a few integers, JSON, the same on every process), with the version of the plan
-that gave it: a state of another version is refused, not read as a position in other batches. It
-fits `grain.checkpoint.CheckpointSave` in an Orbax CheckpointManager, and restores into an iterator
-with any `shard_count` that divides the global batch and any `worker_count`: the restored
-iterator yields exactly the rows of the global batches the uninterrupted run would have seen.
+that gave it and the packing: a state of another version or packing is refused, not read as a
+position in other batches. It fits `grain.checkpoint.CheckpointSave` in an Orbax
+CheckpointManager, and restores into an iterator with any `shard_count` that divides the global
+batch and any `worker_count`: the restored iterator yields exactly the rows of the global batches
+the uninterrupted run would have seen.
 """
 
 from __future__ import annotations
@@ -125,7 +126,11 @@ class _HostBatchIterator(grain.DatasetIterator):
         return batch_of(self._window, k)
 
     def get_state(self) -> dict[str, Any]:
-        return {"position": self._position.to_list(), "version": formats.LOADER_STATE_VERSION}
+        return {
+            "position": self._position.to_list(),
+            "version": formats.LOADER_STATE_VERSION,
+            "packing": self._host.packing,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         version = state.get("version", 1)
@@ -135,6 +140,12 @@ class _HostBatchIterator(grain.DatasetIterator):
                 f"loader is version {formats.LOADER_STATE_VERSION} and draws other batches, so "
                 "resuming would train on other data; resume with the release that saved it, or "
                 "start a new run"
+            )
+        if state.get("packing") != self._host.packing:
+            raise LoaderError(
+                f"the loader state is a position in batches packed {state.get('packing')!r}; this "
+                f"loader packs {self._host.packing!r}, whose batches differ, so resuming would "
+                "train on other data; resume with the packing that saved it, or start a new run"
             )
         self._close_reader()
         self._position = Position.from_list(state["position"])

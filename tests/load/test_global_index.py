@@ -148,38 +148,49 @@ def test_document_rows_place_each_piece_in_the_first_row_with_room(rows):
     assert [(dest, segment) for dest, segment in zip(out[3::5], out[4::5])] == expected
 
 
-@pytest.mark.parametrize("seed, group_rows", [(0, 256), (1, 256), (2, 8), (3, 8)])
+@pytest.mark.parametrize("seed, group_rows", [(0, 256), (1, 256), (2, 8), (3, 8), (4, 2)])
 def test_best_fit_rows_are_the_best_fit_decreasing_packing_of_each_group(seed, group_rows):
-    # Against a plain scan: a group's pieces longest first (the earlier draw on a tie), each into
-    # the row of its group with the least room that holds it (of those, the one that came to that
-    # room last); a group ends where the pieces shorter than a row reach `group_rows` rows.
+    # Against a plain scan: a group's pieces (with those the group before left waiting) longest
+    # first (the earlier draw on a tie), each into the row of its group with the least room that
+    # holds it (of those, the one that came to that room last); a group ends where the pieces
+    # shorter than a row reach `group_rows` rows, and its row less than half full waits for the
+    # next group, unless it is the last.
     rng = np.random.default_rng(seed)
     width = 64
     lengths = [int(n) for n in rng.integers(1, width + 1, 300)]
     packed = BestFitRows(lengths, width, group_rows=group_rows)
     shared = np.where(np.array(lengths) < width, lengths, 0)
     group = ((np.cumsum(shared) - shared) // (group_rows * width)).tolist()
-    assert (group_rows == 8) == (group[-1] > 2)
-    room: list[int] = []
-    since: list[int] = []
-    rows: list[list[int]] = []
-    order = sorted(range(len(lengths)), key=lambda p: (group[p], -lengths[p]))
-    for t, piece in enumerate(order):
-        if t and group[piece] != group[order[t - 1]]:
-            room = [0] * len(room)  # the rows of the group before are closed
-        fits = [r for r in range(len(room)) if room[r] >= lengths[piece]]
-        row = min(fits, key=lambda r: (room[r], -since[r]), default=None)
-        if row is None:
-            row = len(rows)
-            rows.append([])
-            room.append(width)
-            since.append(t)
-        rows[row].append(piece)
-        room[row] -= lengths[piece]
-        since[row] = t
-    # The same rows, in the order of the first draw each holds.
+    assert (group_rows < 256) == (group[-1] > 2)
+    rows = [[p] for p in range(len(lengths)) if lengths[p] == width]
+    waiting: list[int] = []
+    groups = sorted({g for p, g in enumerate(group) if lengths[p] < width})
+    for g in groups:
+        pieces = waiting + [p for p in range(len(lengths)) if group[p] == g and lengths[p] < width]
+        room: list[int] = []
+        since: list[int] = []
+        mine: list[list[int]] = []
+        for t, piece in enumerate(sorted(pieces, key=lambda p: (-lengths[p], p))):
+            fits = [r for r in range(len(room)) if room[r] >= lengths[piece]]
+            row = min(fits, key=lambda r: (room[r], -since[r]), default=None)
+            if row is None:
+                row = len(mine)
+                mine.append([])
+                room.append(width)
+                since.append(t)
+            mine[row].append(piece)
+            room[row] -= lengths[piece]
+            since[row] = t
+        waiting = []
+        half = [r for r in range(len(mine)) if 2 * room[r] > width]
+        assert len(half) <= 1
+        if half and g != groups[-1]:
+            waiting = sorted(mine.pop(half[0]))
+        rows += mine
+    # The same rows, each in draw order, in the order of the last draw each holds.
     got = [packed.pieces[a:b].tolist() for a, b in zip(packed.first[:-1], packed.first[1:])]
-    assert got == sorted(rows, key=min)
+    assert got == sorted((sorted(r) for r in rows), key=max)
+    assert sorted(packed.pieces.tolist()) == list(range(len(lengths)))
     assert packed.tokens == [sum(lengths[p] for p in r) for r in got]
     assert max(packed.tokens) <= width
     # Each row's pieces lie one after another from its start, segment ids counting from 1.

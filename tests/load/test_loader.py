@@ -20,6 +20,9 @@ from pipeline.load import (
     make_iterator,
     open_prepared,
 )
+from pipeline.load.directories import open_sources
+from pipeline.load.global_index import Position
+from pipeline.load.host_rows import HostRows
 from schemas import formats
 from support.batches import assert_same, take
 from support.runs import REPO
@@ -266,13 +269,55 @@ def test_restore_continues_exactly(prepared, packing):
         assert_same(take(restored, 12 - point), reference[point:])
 
 
-def test_a_state_of_the_first_fit_plan_is_refused_in_one_line(prepared):
+@pytest.mark.parametrize("packing", ["concat", "document", "document-first-fit"])
+def test_records_held_from_the_window_before_lay_out_what_fresh_reads_do(prepared, packing):
+    # Windows laid out one after another share the records where they meet, and those are not
+    # read again: each window must hold what a reader that held nothing lays out.
+    cfg = config(prepared, packing=packing)
+    manifests = open_sources(cfg.sources)
+    walking = HostRows(cfg, manifests)
+    position, before, shared = Position.start(1), set(), 0
+    for _ in range(10):
+        records = set(walking.planner.plan_steps(position, 3)[0].record.tolist())
+        window, fresh = walking.window(3), HostRows(cfg, manifests).window(3)
+        after = walking.fill(position, window)
+        assert HostRows(cfg, manifests).fill(position, fresh) == after
+        for name in window:
+            np.testing.assert_array_equal(window[name], fresh[name])
+        shared += bool(records & before)
+        position, before = after[-1], records
+    assert shared >= 5
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_state_of_an_earlier_plan_is_refused_in_one_line(prepared, version):
     # Version 2 placed document pieces first fit: its positions count pieces, not best-fit rows.
+    # Version 3 packed best-fit groups of 256 rows, each closed whole: its rows are others.
     state = make_iterator(config(prepared, packing="document")).get_state()
     restored = make_iterator(config(prepared, packing="document"))
-    with pytest.raises(LoaderError, match="loader version 2; this loader is version 3") as e:
-        restored.set_state({**state, "version": 2})
+    expected = f"loader version {version}; this loader is version {formats.LOADER_STATE_VERSION}"
+    with pytest.raises(LoaderError, match=expected) as e:
+        restored.set_state({**state, "version": version})
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "saved, restoring",
+    [("concat", "document"), ("document", "document-first-fit"), ("document-first-fit", "concat")],
+)
+def test_a_state_of_another_packing_is_refused_in_one_line(prepared, saved, restoring):
+    # A position counts windows, best-fit rows or first-fit pieces: read by another packing, it
+    # would be a position in other batches.
+    it = make_iterator(config(prepared, packing=saved))
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    it.close()
+    restored = make_iterator(config(prepared, packing=restoring))
+    refused = f"packed {saved!r}; this loader packs {restoring!r}"
+    with pytest.raises(LoaderError, match=refused) as e:
+        restored.set_state(state)
+    assert "\n" not in str(e.value)
+    restored.set_state({**state, "packing": restoring})  # the same position, its own packing
 
 
 @pytest.mark.integration
