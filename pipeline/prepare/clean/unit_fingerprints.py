@@ -36,7 +36,7 @@ from pipeline.prepare.clean.edits import write_edits
 from pipeline.prepare.clean.judgments import PII_KINDS, TOO_LONG, Filters, Notes
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
-from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
+from pipeline.prepare.read.documents import DocumentPiece, Read, Tally, is_long
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit, check_unchanged
@@ -151,7 +151,10 @@ class _Cut:
         self.bytes = 0
 
 
-class _Collector:
+class Collector:
+    """What a pass over a unit's documents gathers of them, read by read (`add`): the filters'
+    judgments, then each kept document's fingerprints."""
+
     def __init__(
         self, config: PrepareConfig, evals: EvalSet | None, filters: Filters | None = None
     ):
@@ -225,6 +228,25 @@ class _Collector:
         self._samples[reason] = sampled + 1
         excerpt = text[:SAMPLE_CHARS] if text is not None and sampled < SAMPLES_PER_REASON else None
         self.filtered.append([number, reason, excerpt])
+
+    def add(self, first: int, read: Read) -> None:
+        """A run of whole documents from number `first`, or a piece of cut document `first`."""
+        if isinstance(read, DocumentPiece):
+            self.piece(first, read)
+            return
+        self.end_cut()
+        ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
+        for number, (text, location, id) in enumerate(zip(read.texts, read.locations, ids), first):
+            self.whole(number, text, location, id)
+
+    def cut_too_long(self) -> bool:
+        """Whether the cut document being read is past the filters' bound: removed, whatever its
+        next pieces hold."""
+        return self._cut is not None and self._filters is not None and self._cut[1].texts is None
+
+    @property
+    def cutting(self) -> bool:
+        return self._cut is not None
 
     def whole(self, number: int, text: str, location: int, id: Any) -> None:
         self._where(number, location, id)
@@ -332,23 +354,15 @@ def fingerprint_unit(
 ) -> UnitFingerprints:
     """Reads the unit through `numbered_documents`. A bad unit with `skip_bad_files` has no
     documents (the tokenizing pass skips and records it); otherwise its SourceError is raised."""
-    collector = _Collector(config, evals, filters)
+    collector = Collector(config, evals, filters)
     try:
         for first, read in numbered_documents(unit, config, Tally(), ContentDigest(), located=True):
-            if isinstance(read, DocumentPiece):
-                collector.piece(first, read)
-                continue
-            collector.end_cut()
-            ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
-            for number, (text, location, id) in enumerate(
-                zip(read.texts, read.locations, ids), first
-            ):
-                collector.whole(number, text, location, id)
+            collector.add(first, read)
         collector.end_cut()
     except SourceError:
         if not config.skip_bad_files:
             raise
-        collector = _Collector(config, evals, filters)
+        collector = Collector(config, evals, filters)
     return collector.fingerprints(unit.index)
 
 

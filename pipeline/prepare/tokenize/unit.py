@@ -16,12 +16,13 @@ import os
 import platform
 import resource
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.edits import edited_documents, read_edits
-from pipeline.prepare.clean.inline_filters import judge_unit, judges_while_tokenizing
+from pipeline.prepare.clean.inline_filters import judged_documents, judges_while_tokenizing
 from pipeline.prepare.clean.removals import cleans, is_cleaned, removed_numbers
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.read import SourceError
@@ -185,6 +186,22 @@ class _UnitWriter:
 _worker_versions = functools.cache(package_versions)
 
 
+def _documents(
+    unit: WorkUnit, context: RunContext, tally: Tally, digest: ContentDigest
+) -> Iterator[Read]:
+    """The unit's documents to tokenize: judged by the filters as they are read, where this stage
+    judges them, else without those the cleaning stage removed and with the texts it left."""
+    config = context.config
+    if judges_while_tokenizing(config) and not is_cleaned(context):
+        return judged_documents(unit, context, tally, digest)
+    removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
+    edits = read_edits(context.output_dir, unit.index) if config.filters else {}
+    numbered = edited_documents(
+        numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
+    )
+    return kept_documents(numbered, removed)
+
+
 def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
     """Reads, tokenizes and writes one unit, then records it. Content errors raise SourceError,
     or, with `skip_bad_files`, skip the whole unit with a recorded reject."""
@@ -196,16 +213,8 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
     )
     writer = _UnitWriter(context, unit, tokenizer)
-    if judges_while_tokenizing(config) and not is_cleaned(context):
-        removed, edits = judge_unit(unit, context)
-    else:
-        removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
-        edits = read_edits(context.output_dir, unit.index) if config.filters else {}
     try:
-        numbered = edited_documents(
-            numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
-        )
-        for read in kept_documents(numbered, removed):
+        for read in _documents(unit, context, tally, digest):
             writer.add(read)
         writer.flush()
         shards = writer.shards.close()
