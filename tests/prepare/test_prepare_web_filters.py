@@ -19,10 +19,12 @@ from support.corpora import write_jsonl
 from support.fault_runs import kill_prepare_part_way, resumed_run
 from support.multilingual_text import lid_model, multilingual_documents, with_pii
 from support.runs import (
+    IN_PROCESS,
     cli,
     decoded_documents,
     files_in_place,
     one_line_error,
+    run_command,
     run_outputs,
     run_prepare,
 )
@@ -130,3 +132,23 @@ def test_a_model_that_cannot_be_used_stops_the_run_before_any_unit(tmp_path, giv
     result = cli("--input", path, "--output", out, "--filter", "language", *given)
     assert message in one_line_error(result, status=2)
     assert not os.path.exists(out)
+
+
+def test_a_run_resumed_with_a_changed_model_file_is_refused_in_one_line(tmp_path, capsys):
+    """The config names a model by its path; the plan records its SHA-256 too, so a file changed
+    between a run and its resume (a newer download, say) is refused, not mixed into one dataset."""
+    path, _ = _corpus(tmp_path)
+    model = tmp_path / "lid.176.ftz"
+    model.write_bytes(open(lid_model(), "rb").read())
+    out = str(tmp_path / "out")
+    args = ["--input", path, "--output", out, "--filter", "language"]
+    args += ["--language-model", str(model), "--unit-bytes", "16384", *IN_PROCESS]
+    assert run_command("prepare", *args, "--filter-dry-run") == 0  # the run left unfinished
+    with open(model, "ab") as f:
+        f.write(b"\0")  # still a model fastText loads, with the same labels
+    capsys.readouterr()
+    assert run_command("prepare", *args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"fastText model {model} has changed since the run in {out}" in line
+    model.write_bytes(open(lid_model(), "rb").read())
+    assert run_command("prepare", *args) == 0  # the file put back, the run goes on

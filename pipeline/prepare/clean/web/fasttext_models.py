@@ -17,6 +17,7 @@ import re
 import struct
 
 from pipeline.prepare.clean.judgments import FilterError
+from schemas.prepare_config import PrepareConfig
 
 HUB_PREFIX = "hf:"
 LABEL_PREFIX = "__label__"
@@ -64,6 +65,14 @@ def pinned(spec: str) -> str:
     except Exception as e:  # the client's errors: not found, gated, unreachable, not installed
         raise _hub_error(spec, e) from None
     return f"{HUB_PREFIX}{repo}/{file}@{sha}"
+
+
+def model_specs(config: PrepareConfig) -> list[str]:
+    """The fastText models a run's filters load, as its config names them."""
+    specs = [config.language_model] if "language" in config.filters else []
+    if "fasttext" in config.filters:
+        specs.append(str(config.filter_params.get("fasttext", {}).get("model_url", "")))
+    return [spec for spec in specs if spec]
 
 
 @functools.cache
