@@ -65,10 +65,16 @@ def test_language_id_and_pii_keep_and_count_what_the_filters_decide(tmp_path, ca
     kept = [text for why, text in judged if why is None]
     assert sorted(decoded_documents(out, encoding)) == sorted(kept)
     assert any("email@example.com" in text for text in kept)
-    expected = collections.defaultdict(lambda: {"kept": 0, "removed": 0})
-    for (why, _), noted in zip(judged, notes):
-        expected[noted["language"]]["kept" if why is None else "removed"] += 1
+    counts = ("kept", "removed", "tokens_kept", "bytes_kept", "bytes_removed")
+    expected = collections.defaultdict(lambda: dict.fromkeys(counts, 0))
+    for document, (why, text), noted in zip(documents, judged, notes):
+        counted, fate = expected[noted["language"]], "kept" if why is None else "removed"
+        counted[fate] += 1
+        counted[f"bytes_{fate}"] += len(document.encode())
+        if why is None:  # its tokens as written: the text PII left, and the end-of-text token
+            counted["tokens_kept"] += len(encoding.encode_ordinary(text)) + 1
     assert manifest.languages == dict(sorted(expected.items()))
+    assert sum(v["tokens_kept"] for v in expected.values()) == manifest.totals["train"].tokens
     assert manifest.pii["documents"] == sum(1 for n in notes if "emails" in n or "ips" in n)
     assert manifest.config.language_model == lid_model()
     with open(os.path.join(out, formats.REMOVALS_NAME)) as f:
@@ -81,8 +87,25 @@ def test_language_id_and_pii_keep_and_count_what_the_filters_decide(tmp_path, ca
     capsys.readouterr()
     inspect_dataset.main([out])
     shown = capsys.readouterr().out
-    assert f"en {expected['en']['kept']}/{expected['en']['removed']}" in shown
+    en = expected["en"]
+    assert (
+        f"en {en['kept']}/{en['removed']} ({en['tokens_kept']} tokens kept, "
+        f"{en['bytes_removed']} bytes removed)" in shown
+    )
     assert "PII replaced: emails" in shown
+
+
+def test_with_dedup_the_tokens_per_language_come_from_the_cleaning_stage(tmp_path):
+    """Deduplication needs a cleaning stage first; the tokenizing pass then takes each kept
+    document's language from its fingerprints: the tokens per language add up to the dataset's, and
+    a duplicate counts as removed."""
+    path, documents = _corpus(tmp_path)
+    path = write_jsonl(str(tmp_path / "twice.jsonl"), documents + documents[:40])
+    manifest = run_prepare([path], str(tmp_path / "out"), *_args(), "--dedup", "exact")
+    languages = manifest.languages.values()
+    assert sum(v["tokens_kept"] for v in languages) == manifest.totals["train"].tokens > 0
+    assert sum(v["kept"] for v in languages) == manifest.totals["train"].documents
+    assert manifest.removed["exact_duplicate"] > 0
 
 
 @pytest.mark.slow

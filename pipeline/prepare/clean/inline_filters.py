@@ -29,7 +29,11 @@ from pipeline.prepare.clean.unit_fingerprints import (
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
-from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
+from pipeline.prepare.read.unit_documents import (
+    kept_numbered,
+    numbered_documents,
+    with_languages,
+)
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import FILTER_NAMES, PrepareConfig
@@ -60,12 +64,14 @@ def preload_filters(config: PrepareConfig) -> None:
 
 def judged_documents(
     unit: WorkUnit, context: RunContext, tally: Tally, digest: ContentDigest
-) -> Iterator[Read]:
+) -> Iterator[tuple[Read, list[str | None]]]:
     """What the unit reads (see `numbered_documents`), without the documents the filters remove and
-    with the texts they leave, judged as it is read; writes the unit's removal list once it is read
-    whole. A bad unit skipped (`skip_bad_files`) leaves an empty list, as in the cleaning stage."""
+    with the texts they leave, judged as it is read, each read with its documents' languages (see
+    `with_languages`); writes the unit's removal list once it is read whole. A bad unit skipped
+    (`skip_bad_files`) leaves an empty list, as in the cleaning stage."""
     config = context.config
     collector = Collector(config, None, worker_filters(config))
+    language_of: dict[int, str] = {}
     waiting: list[tuple[int, Read]] = []  # read, not yet judged
     characters = 0
     try:
@@ -80,11 +86,11 @@ def judged_documents(
             )
             if characters >= JUDGED_CHARACTERS and not collector.cutting:
                 collector.judge_waiting()
-                yield from _kept(waiting, collector, config.max_document_bytes)
+                yield from _kept(waiting, collector, language_of, config.max_document_bytes)
                 waiting, characters = [], 0
         collector.end_cut()
         found = collector.fingerprints(unit.index)  # the documents still waiting judged
-        yield from _kept(waiting, collector, config.max_document_bytes)
+        yield from _kept(waiting, collector, language_of, config.max_document_bytes)
     except SourceError:
         if config.skip_bad_files:
             found = Collector(config, None, worker_filters(config)).fingerprints(unit.index)
@@ -93,10 +99,15 @@ def judged_documents(
     _write_removals(unit, context, found)
 
 
-def _kept(waiting: list[tuple[int, Read]], collector: Collector, limit: int) -> Iterator[Read]:
-    """The judged reads `waiting`, as the filters leave them."""
+def _kept(
+    waiting: list[tuple[int, Read]], collector: Collector, language_of: dict[int, str], limit: int
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """The judged reads `waiting`, as the filters leave them, with their languages (`language_of`
+    takes the collector's new ones)."""
     removed = frozenset(number for number, _, _ in collector.filtered)
-    return kept_documents(edited_documents(waiting, dict(collector.edits), limit), removed)
+    language_of.update((number, language) for number, language, *_ in collector.languages)
+    kept = kept_numbered(edited_documents(waiting, dict(collector.edits), limit), removed)
+    return with_languages(kept, language_of)
 
 
 def _write_removals(unit: WorkUnit, context: RunContext, found: UnitFingerprints) -> None:

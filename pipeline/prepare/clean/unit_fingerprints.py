@@ -60,9 +60,9 @@ class UnitFingerprints:
     per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]`
     (their indices in the `EvalSet`), with the first file holding each in `eval_files`, for the
     `i`-th of `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document
-    the quality filters removed. `languages` lists `[number, language, score]` of each document the
-    language filter judged, kept or not; `pii` counts PII's replacements (`emails`, `ips`) and the
-    `documents` they were made in."""
+    the quality filters removed. `languages` lists `[number, language, score, bytes]` of each
+    document the language filter judged, kept or not (its UTF-8 bytes as judged); `pii` counts
+    PII's replacements (`emails`, `ips`) and the `documents` they were made in."""
 
     unit: int
     documents: int
@@ -204,7 +204,7 @@ class Collector:
         for number, text, cut in waiting:
             reason, kept = (TOO_LONG, "") if text is None else next(judged)
             if text is not None:
-                self._note(number, next(noted))
+                self._note(number, next(noted), text)
             if reason is not None:
                 self._removed(number, reason, text)
             elif (
@@ -216,9 +216,10 @@ class Collector:
             else:
                 self._cut_fingerprint(number, cut)
 
-    def _note(self, number: int, notes: Notes) -> None:
+    def _note(self, number: int, notes: Notes, text: str) -> None:
         if "language" in notes:
-            self.languages.append([number, notes["language"], notes["language_score"]])
+            size = len(text.encode("utf-8", "surrogatepass"))
+            self.languages.append([number, notes["language"], notes["language_score"], size])
         replaced = {kind: notes[kind] for kind in PII_KINDS if kind in notes}
         if replaced:
             self.pii.update(replaced, documents=1)
