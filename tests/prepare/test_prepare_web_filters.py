@@ -2,18 +2,21 @@
 and datatrove's PII formatter give, counted per language in the manifest and shown by `inspect`,
 the removed ones' scores in removals.jsonl; a rerun writes the same bytes whatever the workers, a
 killed run resumes to them; a model that cannot be used stops the run in one line before any unit
-runs."""
+runs, and one changed since a run began stops its resume; a hub model is read at a pinned commit."""
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 
 import pytest
 
 from pipeline.dataset import inspect as inspect_dataset
+from pipeline.prepare.clean.judgments import FilterError
 from pipeline.prepare.clean.quality.quality_filters import quality_filters
+from pipeline.prepare.clean.web.fasttext_models import local_path, pinned
 from schemas import formats
 from support.corpora import write_jsonl
 from support.fault_runs import kill_prepare_part_way, resumed_run
@@ -175,3 +178,31 @@ def test_a_run_resumed_with_a_changed_model_file_is_refused_in_one_line(tmp_path
     assert f"fastText model {model} has changed since the run in {out}" in line
     model.write_bytes(open(lid_model(), "rb").read())
     assert run_command("prepare", *args) == 0  # the file put back, the run goes on
+
+
+def test_a_hub_model_is_pinned_to_its_commit_and_read_there(hub, tmp_path):
+    """`--language-model hf:ORG/NAME/FILE` (here from a loopback stand-in of the Hub serving a
+    commit the test makes): the config records the commit `main` names, the run judges as with the
+    same file given by its path, the plan records the file's SHA-256, and a later push to `main`
+    changes nothing the pinned spec reads."""
+    original = open(lid_model(), "rb").read()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "lid.176.ftz").write_bytes(original)
+    first = hub.commit("org/lid", str(repo))
+    path, _ = _corpus(tmp_path)
+    spec = "hf:org/lid/lid.176.ftz"
+    args = [spec if arg == lid_model() else arg for arg in _args()]
+    out = str(tmp_path / "hub")
+    manifest = run_prepare([path], out, *args)
+    assert manifest.config.language_model == f"{spec}@{first}"
+    assert manifest.languages == run_prepare([path], str(tmp_path / "local"), *_args()).languages
+    with open(os.path.join(out, formats.RUN_INFO_NAME)) as f:
+        (model,) = json.load(f)["plan"]["models"]
+    assert model == {"path": f"{spec}@{first}", "sha256": hashlib.sha256(original).hexdigest()}
+    (repo / "lid.176.ftz").write_bytes(original + b"\0")
+    second = hub.commit("org/lid", str(repo))
+    assert pinned(spec) == pinned(f"{spec}@main") == f"{spec}@{second}" != f"{spec}@{first}"
+    assert open(local_path(f"{spec}@{first}"), "rb").read() == original
+    with pytest.raises(FilterError, match="cannot be had"):
+        pinned("hf:org/missing/lid.176.ftz")

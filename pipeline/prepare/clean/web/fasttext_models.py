@@ -16,6 +16,7 @@ import os
 import re
 import struct
 
+from pipeline.hub_commits import commit_of
 from pipeline.prepare.clean.judgments import FilterError
 from schemas.prepare_config import PrepareConfig
 
@@ -31,7 +32,6 @@ _KINDS = {1: "a cbow word-vector model", 2: "a skipgram word-vector model"}
 _HUB_SPEC = re.compile(
     rf"{HUB_PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)/(?P<file>[^@\s]+?)(?:@(?P<revision>[^@\s]+))?"
 )
-_PINNED = re.compile(r"[0-9a-f]{40}")
 
 
 def _hub_parts(spec: str) -> tuple[str, str, str | None]:
@@ -56,12 +56,8 @@ def pinned(spec: str) -> str:
     if not spec.startswith(HUB_PREFIX):
         return os.path.abspath(spec)
     repo, file, revision = _hub_parts(spec)
-    if revision is not None and _PINNED.fullmatch(revision):
-        return spec
     try:
-        from huggingface_hub import HfApi
-
-        sha = HfApi().model_info(repo, revision=revision).sha
+        sha = commit_of(repo, revision)
     except Exception as e:  # the client's errors: not found, gated, unreachable, not installed
         raise _hub_error(spec, e) from None
     return f"{HUB_PREFIX}{repo}/{file}@{sha}"
