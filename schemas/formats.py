@@ -8,7 +8,7 @@ from __future__ import annotations
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "tokshards.manifest"
-MANIFEST_VERSION = 8
+MANIFEST_VERSION = 9
 # Version 4 cut documents longer than record_tokens into records of record_tokens tokens (version 3
 # kept each whole, one record of any length): same manifest, records read the same way, so the
 # loader reads both; a reader of version 3 alone would take a cut document's parts for documents.
@@ -18,7 +18,8 @@ MANIFEST_VERSION = 8
 # and each input's documents and tokens. Version 7 added the quality filters' implementation to the
 # config (`filter_impl`; an older manifest's filters were datatrove's classes). Version 8 added the
 # web filters: the language model to the config, the documents per language and PII's replacements.
-READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6, 7, 8)
+# Version 9 added, per language, the tokens kept and the UTF-8 bytes kept and removed.
+READABLE_MANIFEST_VERSIONS = (3, 4, 5, 6, 7, 8, 9)
 
 # Timestamps and runner details live apart from the manifest so that two runs' manifests compare
 # equal byte for byte.

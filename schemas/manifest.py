@@ -130,8 +130,10 @@ class Manifest:
     # Documents the cleaning stage removed, per reason (exact_duplicate, near_duplicate,
     # contaminated; any later stage adds its own reasons).
     removed: dict[str, int] = dataclasses.field(default_factory=dict)
-    # Documents the language filter judged, kept and removed (for any reason) per language; PII's
-    # replacements (`emails`, `ips`) and the documents they were made in (`documents`).
+    # Documents the language filter judged, kept and removed (for any reason) per language, the
+    # tokens written of those kept, and their UTF-8 bytes kept and removed (`tokens_kept`,
+    # `bytes_kept`, `bytes_removed`, from version 9); PII's replacements (`emails`, `ips`) and the
+    # documents they were made in (`documents`).
     languages: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     pii: dict[str, int] = dataclasses.field(default_factory=dict)
     eval_files: tuple[EvalFileInfo, ...] = ()

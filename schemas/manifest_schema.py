@@ -107,10 +107,20 @@ JSON_SCHEMA: dict[str, Any] = {
             "package_versions": {"type": "object", "additionalProperties": _STR},
             "hub_revisions": {"type": "object", "additionalProperties": _STR},
             "removed": _COUNTS,
-            # Version 8: the documents kept and removed per language, PII's replacements.
+            # Version 8: the documents kept and removed per language, PII's replacements; version 9:
+            # per language the tokens kept, the bytes kept and removed.
             "languages": {
                 "type": "object",
-                "additionalProperties": _object({"kept": _INT, "removed": _INT}),
+                "additionalProperties": _object(
+                    {
+                        "kept": _INT,
+                        "removed": _INT,
+                        "tokens_kept": _INT,
+                        "bytes_kept": _INT,
+                        "bytes_removed": _INT,
+                    },
+                    required=["kept", "removed"],
+                ),
             },
             "pii": _COUNTS,
             "eval_files": {

@@ -172,9 +172,18 @@ def describe(manifest: Manifest) -> list[str]:
         )
     if manifest.languages:
         ranked = sorted(
-            manifest.languages.items(), key=lambda item: (-sum(item[1].values()), item[0])
+            manifest.languages.items(),
+            key=lambda item: (-item[1]["kept"] - item[1]["removed"], item[0]),
         )
-        shown = ", ".join(f"{k} {v['kept']}/{v['removed']}" for k, v in ranked[:SHOWN_LANGUAGES])
+        shown = ", ".join(
+            f"{k} {v['kept']}/{v['removed']}"
+            + (  # from version 9
+                f" ({v['tokens_kept']} tokens kept, {v['bytes_removed']} bytes removed)"
+                if "tokens_kept" in v
+                else ""
+            )
+            for k, v in ranked[:SHOWN_LANGUAGES]
+        )
         more = len(ranked) - SHOWN_LANGUAGES
         lines.append(
             f"languages (documents kept/removed): {shown}"

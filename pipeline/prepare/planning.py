@@ -16,6 +16,7 @@ import json
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.decontamination.eval_sets import file_sha256
+from pipeline.prepare.clean.web.fasttext_models import local_path, model_specs
 from pipeline.prepare.read import SOURCES, SourceError, hub_filesystem
 from pipeline.prepare.read.documents import Reject
 from pipeline.prepare.read.inputs import resolve_inputs
@@ -47,12 +48,15 @@ class Plan:
     units: tuple[WorkUnit, ...]
     hub_revisions: dict[str, str]
     eval_digests: tuple[str, ...] = ()  # the SHA-256 of each of config.decontaminate
+    # The SHA-256 of each fastText model the filters load, by the spec the config names it with.
+    model_digests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def identity(self) -> dict:
         """What must match for two runs to be the same job: the config (as `settings.identity` says
         it, so that a plan recorded before a setting existed still matches), an eval file by its
-        content, an input by its size and version."""
-        return {
+        content, a fastText model by its content (where the filters load one), an input by its
+        size and version."""
+        found = {
             "config": identity(self.config),
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "inputs": [dataclasses.asdict(i) for i in self.inputs],
@@ -61,6 +65,11 @@ class Plan:
                 for p, d in zip(self.config.decontaminate, self.eval_digests)
             ],
         }
+        if self.model_digests:  # absent otherwise: the plans of runs without models are unchanged
+            found["models"] = [
+                {"path": p, "sha256": d} for p, d in sorted(self.model_digests.items())
+            ]
+        return found
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
@@ -178,4 +187,5 @@ def make_plan(
         units=tuple(units),
         hub_revisions=resolved.hub_revisions,
         eval_digests=tuple(file_sha256(path) for path in config.decontaminate),
+        model_digests={spec: file_sha256(local_path(spec)) for spec in model_specs(config)},
     )

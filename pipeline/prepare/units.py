@@ -80,6 +80,8 @@ class UnitResult:
     seconds: float
     peak_rss_bytes: int
     worker: str = ""  # HOST:PID of the process that ran it: how many processes shared the run
+    # The tokens written per language, where the language filter judged the documents.
+    language_tokens: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def tokens(self) -> int:

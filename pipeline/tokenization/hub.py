@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 
+from pipeline.hub_commits import commit_of, is_commit
 from pipeline.tokenization.boundaries import TokenizerError
 from pipeline.tokenization.sentencepiece_model import MODEL_FILE
 
 PREFIX = "hf:"
 _SPEC = re.compile(rf"{PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<revision>[^@\s]+))?")
-_PINNED = re.compile(r"[0-9a-f]{40}")
 
 
 def is_hub_spec(spec: str) -> bool:
@@ -47,9 +47,9 @@ def _client():
 def pin(spec: str) -> str:
     """`spec` with its revision resolved to the commit it names now."""
     repo, revision = _parse(spec)
-    hub = _client()
+    _client()
     try:
-        sha = hub.HfApi().model_info(repo, revision=revision).sha
+        sha = commit_of(repo, revision)
     except Exception as e:  # the client's errors: not found, gated, unreachable
         raise TokenizerError(
             f"hub tokenizer {spec!r} cannot be resolved: {type(e).__name__}: {e}".split("\n")[0]
@@ -62,7 +62,7 @@ def download(spec: str) -> tuple[str, str]:
     one), or of its tokenizer.model where it has no tokenizer.json, and the repo id as the
     tokenizer's name."""
     repo, revision = _parse(spec)
-    if revision is None or not _PINNED.fullmatch(revision):
+    if not is_commit(revision):
         raise TokenizerError(
             f"hub tokenizer {spec!r} is not pinned to a commit; pin it with "
             "pipeline.tokenization.hub.pin"

@@ -85,6 +85,23 @@ def test_the_launcher_checks_the_fast_rules_without_spacy():
 
 
 @pytest.mark.integration
+def test_the_filters_load_spacy_without_torch():
+    """torch is installed here (a reader's extra), and thinc would import it with spaCy, for two to
+    three seconds of every filtered run's start: both implementations' preload leaves it out, and
+    it stays importable afterwards."""
+    code = (
+        "import sys; from pipeline.prepare.clean.quality.quality_filters import preload;"
+        "preload('fast'); preload('datatrove'); import spacy, thinc.compat;"
+        "print('torch' in sys.modules, thinc.compat.has_torch);"
+        "import torch; print(bool(torch.__version__))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True
+    )
+    assert done.stdout.split() == ["False", "False", "True"]
+
+
+@pytest.mark.integration
 def test_words_are_datatrove_s_spacy_words():
     """Per document, the words (as hashes and lengths) are datatrove's English `word_tokenize`."""
     docs = [d for d in mixed_documents(300, seed=11) if len(d) < 100_000]

@@ -14,16 +14,21 @@ import random
 import pytest
 
 from pipeline.dataset import inspect as inspect_dataset
-from pipeline.prepare.clean import unit_fingerprints
+from pipeline.prepare.clean import inline_filters, unit_fingerprints
+from pipeline.prepare.clean.edits import edited_documents
 from pipeline.prepare.clean.judgments import TOO_LONG, FilterError
 from pipeline.prepare.clean.quality.quality_filters import (
     parameters,
     parse_parameter,
     quality_filters,
 )
-from pipeline.prepare.clean.removals import CLEANED_NAME
+from pipeline.prepare.clean.removals import CLEANED_NAME, read_removal_list
 from pipeline.prepare.clean.unit_fingerprints import FINGERPRINTS_DIR, fingerprint_unit
 from pipeline.prepare.planning import make_plan
+from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
+from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
+from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.stages import PrepareError
 from schemas import formats
 from schemas.errors import UsageError
@@ -289,6 +294,41 @@ def test_a_unit_is_judged_a_megabyte_at_a_time_in_order(tmp_path, monkeypatch, i
     alone = fingerprint_unit(unit, config, None, one_by_one)
     assert set(one_by_one.calls) == {1}
     assert alone.to_bytes("plan") == found.to_bytes("plan") and alone.edits == found.edits
+
+
+def test_the_tokenizing_stage_reads_a_unit_once_and_tokenizes_what_two_reads_gave(
+    tmp_path, monkeypatch
+):
+    """Where the tokenizing stage judges the filters, a unit is read once: judged a batch at a time
+    as it is read, whole and cut documents, edited, kept and too long, it hands on the texts, and
+    writes the removal list, that judging the whole unit first and reading it again gave."""
+    rng = random.Random(9)
+    docs = held_out_documents(seed=8) + [prose(rng, 40), "x " * 6000, prose(rng, 3)]
+    config = PrepareConfig(filters=CHAIN, max_document_bytes=4096, filter_max_document_bytes=8192)
+    (unit,) = make_plan([write_jsonl(str(tmp_path / "web.jsonl"), docs)], config).units
+    found = fingerprint_unit(unit, config, None, inline_filters.worker_filters(config))
+    two_reads = kept_documents(
+        edited_documents(
+            numbered_documents(unit, config, Tally(), ContentDigest()),
+            dict(found.edits),
+            config.max_document_bytes,
+        ),
+        frozenset(number for number, _, _ in found.filtered),
+    )
+    expected = [_texts(read) for read in two_reads]
+    assert found.edits and any(reason == TOO_LONG for _, reason, _ in found.filtered)
+    lists = []
+    for batch in (inline_filters.JUDGED_CHARACTERS, 1):  # the unit at once; a read at a time
+        monkeypatch.setattr(inline_filters, "JUDGED_CHARACTERS", batch)
+        context = RunContext(config, "uint16", 1, str(tmp_path / str(batch)), "plan", {}, (), "")
+        reads = inline_filters.judged_documents(unit, context, Tally(), ContentDigest())
+        assert [_texts(read) for read, _ in reads] == expected
+        lists.append(read_removal_list(context.output_dir, unit.index))
+    assert lists[0] == lists[1] and len(lists[0]["removed"]) == len(found.filtered)
+
+
+def _texts(read: Read) -> list[str]:
+    return [read.text] if isinstance(read, DocumentPiece) else read.texts
 
 
 def test_a_document_over_the_filters_bound_is_removed_unread(tmp_path):

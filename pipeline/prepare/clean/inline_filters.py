@@ -3,21 +3,37 @@ nor decontaminates: then no document's fate depends on another unit's, so nothin
 step first, and the cleaning stage (a second job, its fixed costs, the fingerprints written and read
 back) is not run at all.
 
-Each worker builds the run's filters once (`preload_filters` before a local job forks them); each
-unit is judged as the cleaning stage would judge it (`unit_fingerprints`, the filters alone), its
-removal list written before its shards, and the documents kept, with the texts the filters leave
-them, tokenized. A `--filter-dry-run` still runs the cleaning stage, whose lists a later run reads.
+Each worker builds the run's filters once (`preload_filters` before a local job forks them). A unit
+is read once: its documents are judged as the cleaning stage would judge them (`unit_fingerprints`'
+collector, the filters alone), a megabyte or so at a time, and those kept, with the texts the
+filters leave them, go on to be tokenized, while those judged next wait; the unit's removal list is
+written once it is read, before its shards are closed. A `--filter-dry-run` still runs the cleaning
+stage, whose lists a later run reads.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 
+from pipeline.prepare.clean.edits import edited_documents
 from pipeline.prepare.clean.judgments import Filters
 from pipeline.prepare.clean.quality.quality_filters import preload, quality_filters
 from pipeline.prepare.clean.removals import removal_entries, write_removal_list
-from pipeline.prepare.clean.unit_fingerprints import fingerprint_unit
+from pipeline.prepare.clean.unit_fingerprints import (
+    JUDGED_CHARACTERS,
+    Collector,
+    UnitFingerprints,
+)
+from pipeline.prepare.read import SourceError
+from pipeline.prepare.read.base import ContentDigest
+from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
+from pipeline.prepare.read.unit_documents import (
+    kept_numbered,
+    numbered_documents,
+    with_languages,
+)
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import FILTER_NAMES, PrepareConfig
@@ -46,20 +62,62 @@ def preload_filters(config: PrepareConfig) -> None:
     worker_filters(config)
 
 
-def judge_unit(unit: WorkUnit, context: RunContext) -> tuple[frozenset[int], dict[int, str]]:
-    """Judges a unit's documents and writes its removal list; returns the numbers of the documents
-    removed and the texts the filters changed, by number."""
+def judged_documents(
+    unit: WorkUnit, context: RunContext, tally: Tally, digest: ContentDigest
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """What the unit reads (see `numbered_documents`), without the documents the filters remove and
+    with the texts they leave, judged as it is read, each read with its documents' languages (see
+    `with_languages`); writes the unit's removal list once it is read whole. A bad unit skipped
+    (`skip_bad_files`) leaves an empty list, as in the cleaning stage."""
     config = context.config
-    found = fingerprint_unit(unit, config, None, worker_filters(config))
-    entries = removal_entries([], {}, found.filtered)
+    collector = Collector(config, None, worker_filters(config))
+    language_of: dict[int, str] = {}
+    waiting: list[tuple[int, Read]] = []  # read, not yet judged
+    characters = 0
+    try:
+        for first, read in numbered_documents(unit, config, tally, digest, located=True):
+            collector.add(first, read)
+            if collector.cut_too_long():  # removed: its pieces need not wait
+                waiting = [(n, r) for n, r in waiting if n != first]
+                continue
+            waiting.append((first, read))
+            characters += (
+                len(read.text) if isinstance(read, DocumentPiece) else sum(map(len, read.texts))
+            )
+            if characters >= JUDGED_CHARACTERS and not collector.cutting:
+                collector.judge_waiting()
+                yield from _kept(waiting, collector, language_of, config.max_document_bytes)
+                waiting, characters = [], 0
+        collector.end_cut()
+        found = collector.fingerprints(unit.index)  # the documents still waiting judged
+        yield from _kept(waiting, collector, language_of, config.max_document_bytes)
+    except SourceError:
+        if config.skip_bad_files:
+            found = Collector(config, None, worker_filters(config)).fingerprints(unit.index)
+            _write_removals(unit, context, found)
+        raise
+    _write_removals(unit, context, found)
+
+
+def _kept(
+    waiting: list[tuple[int, Read]], collector: Collector, language_of: dict[int, str], limit: int
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """The judged reads `waiting`, as the filters leave them, with their languages (`language_of`
+    takes the collector's new ones)."""
+    removed = frozenset(number for number, _, _ in collector.filtered)
+    language_of.update((number, language) for number, language, *_ in collector.languages)
+    kept = kept_numbered(edited_documents(waiting, dict(collector.edits), limit), removed)
+    return with_languages(kept, language_of)
+
+
+def _write_removals(unit: WorkUnit, context: RunContext, found: UnitFingerprints) -> None:
     write_removal_list(
         context.output_dir,
         unit.index,
         found.documents,
-        entries,
+        removal_entries([], {}, found.filtered),
         found.locations,
         found.ids,
         found.languages,
         found.pii,
     )
-    return frozenset(entry["number"] for entry in entries), dict(found.edits)

@@ -128,13 +128,18 @@ def removal_entries(
     return entries
 
 
+LANGUAGE_COUNTS = ("kept", "removed", "bytes_kept", "bytes_removed")
+
+
 def language_counts(languages: list[list], removed: set[int]) -> dict[str, dict[str, int]]:
-    """Per language, the documents kept and removed (for any reason), from `[number, language,
-    score]` of the documents the language filter judged."""
+    """Per language, the documents kept and removed (for any reason) and their UTF-8 bytes, from
+    `[number, language, score, bytes]` of the documents the language filter judged."""
     counts: dict[str, dict[str, int]] = {}
-    for number, language, _ in languages:
-        counted = counts.setdefault(language, {"kept": 0, "removed": 0})
-        counted["removed" if number in removed else "kept"] += 1
+    for number, language, _, size in languages:
+        counted = counts.setdefault(language, dict.fromkeys(LANGUAGE_COUNTS, 0))
+        fate = "removed" if number in removed else "kept"
+        counted[fate] += 1
+        counted[f"bytes_{fate}"] += size
     return dict(sorted(counts.items()))
 
 
@@ -152,7 +157,7 @@ def write_removal_list(
     document's location and id, and its language and the model's score where the language filter
     judged it; the unit's documents per language and PII's replacements (see
     `unit_fingerprints`)."""
-    judged = {number: (language, score) for number, language, score in languages}
+    judged = {number: (language, score) for number, language, score, _ in languages}
     removed = []
     for entry in sorted(entries, key=lambda e: e["number"]):
         where = {"location": int(locations[entry["number"]])}
@@ -252,7 +257,7 @@ def write_removals_file(
         reasons=dict(sorted(reasons.items())),
         per_eval=per_eval,
         languages={
-            k: {"kept": c["kept"], "removed": c["removed"]} for k, c in sorted(languages.items())
+            k: {name: c[name] for name in LANGUAGE_COUNTS} for k, c in sorted(languages.items())
         },
         pii=dict(sorted(pii.items())),
     )

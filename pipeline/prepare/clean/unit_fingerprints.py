@@ -36,7 +36,7 @@ from pipeline.prepare.clean.edits import write_edits
 from pipeline.prepare.clean.judgments import PII_KINDS, TOO_LONG, Filters, Notes
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
-from pipeline.prepare.read.documents import DocumentPiece, Tally, is_long
+from pipeline.prepare.read.documents import DocumentPiece, Read, Tally, is_long
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit, check_unchanged
@@ -60,9 +60,9 @@ class UnitFingerprints:
     per column. A document's eval n-grams are `eval_hits[eval_offsets[i]:eval_offsets[i + 1]]`
     (their indices in the `EvalSet`), with the first file holding each in `eval_files`, for the
     `i`-th of `eval_numbers`. `filtered` lists `[number, reason, excerpt or None]` of each document
-    the quality filters removed. `languages` lists `[number, language, score]` of each document the
-    language filter judged, kept or not; `pii` counts PII's replacements (`emails`, `ips`) and the
-    `documents` they were made in."""
+    the quality filters removed. `languages` lists `[number, language, score, bytes]` of each
+    document the language filter judged, kept or not (its UTF-8 bytes as judged); `pii` counts
+    PII's replacements (`emails`, `ips`) and the `documents` they were made in."""
 
     unit: int
     documents: int
@@ -151,7 +151,10 @@ class _Cut:
         self.bytes = 0
 
 
-class _Collector:
+class Collector:
+    """What a pass over a unit's documents gathers of them, read by read (`add`): the filters'
+    judgments, then each kept document's fingerprints."""
+
     def __init__(
         self, config: PrepareConfig, evals: EvalSet | None, filters: Filters | None = None
     ):
@@ -201,7 +204,7 @@ class _Collector:
         for number, text, cut in waiting:
             reason, kept = (TOO_LONG, "") if text is None else next(judged)
             if text is not None:
-                self._note(number, next(noted))
+                self._note(number, next(noted), text)
             if reason is not None:
                 self._removed(number, reason, text)
             elif (
@@ -213,9 +216,10 @@ class _Collector:
             else:
                 self._cut_fingerprint(number, cut)
 
-    def _note(self, number: int, notes: Notes) -> None:
+    def _note(self, number: int, notes: Notes, text: str) -> None:
         if "language" in notes:
-            self.languages.append([number, notes["language"], notes["language_score"]])
+            size = len(text.encode("utf-8", "surrogatepass"))
+            self.languages.append([number, notes["language"], notes["language_score"], size])
         replaced = {kind: notes[kind] for kind in PII_KINDS if kind in notes}
         if replaced:
             self.pii.update(replaced, documents=1)
@@ -225,6 +229,25 @@ class _Collector:
         self._samples[reason] = sampled + 1
         excerpt = text[:SAMPLE_CHARS] if text is not None and sampled < SAMPLES_PER_REASON else None
         self.filtered.append([number, reason, excerpt])
+
+    def add(self, first: int, read: Read) -> None:
+        """A run of whole documents from number `first`, or a piece of cut document `first`."""
+        if isinstance(read, DocumentPiece):
+            self.piece(first, read)
+            return
+        self.end_cut()
+        ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
+        for number, (text, location, id) in enumerate(zip(read.texts, read.locations, ids), first):
+            self.whole(number, text, location, id)
+
+    def cut_too_long(self) -> bool:
+        """Whether the cut document being read is past the filters' bound: removed, whatever its
+        next pieces hold."""
+        return self._cut is not None and self._filters is not None and self._cut[1].texts is None
+
+    @property
+    def cutting(self) -> bool:
+        return self._cut is not None
 
     def whole(self, number: int, text: str, location: int, id: Any) -> None:
         self._where(number, location, id)
@@ -332,23 +355,15 @@ def fingerprint_unit(
 ) -> UnitFingerprints:
     """Reads the unit through `numbered_documents`. A bad unit with `skip_bad_files` has no
     documents (the tokenizing pass skips and records it); otherwise its SourceError is raised."""
-    collector = _Collector(config, evals, filters)
+    collector = Collector(config, evals, filters)
     try:
         for first, read in numbered_documents(unit, config, Tally(), ContentDigest(), located=True):
-            if isinstance(read, DocumentPiece):
-                collector.piece(first, read)
-                continue
-            collector.end_cut()
-            ids = read.ids or [None] * len(read.texts)  # a text file's documents have none
-            for number, (text, location, id) in enumerate(
-                zip(read.texts, read.locations, ids), first
-            ):
-                collector.whole(number, text, location, id)
+            collector.add(first, read)
         collector.end_cut()
     except SourceError:
         if not config.skip_bad_files:
             raise
-        collector = _Collector(config, evals, filters)
+        collector = Collector(config, evals, filters)
     return collector.fingerprints(unit.index)
 
 

@@ -7,7 +7,7 @@ through here, so a removal list written by the first names the same documents in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from pipeline.prepare.read import SOURCES
 from pipeline.prepare.read.base import ContentDigest
@@ -39,18 +39,36 @@ def numbered_documents(
 
 def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]) -> Iterator[Read]:
     """What `numbered` read, without the documents whose numbers are in `removed`."""
+    return (read for _, read in kept_numbered(numbered, removed))
+
+
+def kept_numbered(
+    numbered: Iterable[tuple[int, Read]], removed: frozenset[int]
+) -> Iterator[tuple[list[int], Read]]:
+    """`kept_documents`, each read with the numbers of its documents (a piece, its document's)."""
     for first, read in numbered:
-        if not removed:
-            yield read
-        elif isinstance(read, DocumentPiece):
+        if isinstance(read, DocumentPiece):
             if first not in removed:
-                yield read
+                yield [first], read
+        elif not removed:
+            yield list(range(first, first + len(read.texts))), read
         else:
             kept = [i for i in range(len(read.texts)) if first + i not in removed]
             if kept:
-                yield DocumentRun(
-                    *(_picked(v, kept) for v in (read.texts, read.locations, read.ids))
+                yield (
+                    [first + i for i in kept],
+                    DocumentRun(
+                        *(_picked(v, kept) for v in (read.texts, read.locations, read.ids))
+                    ),
                 )
+
+
+def with_languages(
+    numbered: Iterable[tuple[list[int], Read]], language_of: Mapping[int, str]
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """Each read with its documents' languages (None where the language filter judged none)."""
+    for numbers, read in numbered:
+        yield read, [language_of.get(number) for number in numbers]
 
 
 def _picked(values: list | None, kept: list[int]) -> list | None:

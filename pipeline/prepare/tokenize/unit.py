@@ -9,6 +9,7 @@ have left behind.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -16,18 +17,20 @@ import os
 import platform
 import resource
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from pipeline.dataset import storage
 from pipeline.prepare.clean.edits import edited_documents, read_edits
-from pipeline.prepare.clean.inline_filters import judge_unit, judges_while_tokenizing
+from pipeline.prepare.clean.inline_filters import judged_documents, judges_while_tokenizing
 from pipeline.prepare.clean.removals import cleans, is_cleaned, removed_numbers
+from pipeline.prepare.clean.unit_fingerprints import read_fingerprints
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
-from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
+from pipeline.prepare.read.unit_documents import kept_numbered, numbered_documents, with_languages
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import (
     UnitResult,
@@ -86,8 +89,12 @@ class _SplitShards:
         self._writers: dict[str, ShardWriter] = {}
         self._documents: dict[str, int] = {}
         self._tokens: dict[str, int] = {}
+        self.language_tokens: collections.Counter[str] = collections.Counter()
 
-    def write(self, split: str, tokens: np.ndarray, lengths: list[int]) -> None:
+    def write(
+        self, split: str, tokens: np.ndarray, lengths: list[int], languages: list[str | None]
+    ) -> None:
+        """`lengths` and `languages` per document (or piece) of `tokens`."""
         if split not in self._writers:
             relative = formats.shard_path(split, self._unit.index, self._context.num_units)
             self._writers[split] = ShardWriter(storage.join(self._context.output_dir, relative))
@@ -97,6 +104,9 @@ class _SplitShards:
             writer.write(encode_record(tokens[a:b], self._context.dtype_name))
         self._documents[split] = self._documents.get(split, 0) + len(lengths)
         self._tokens[split] = self._tokens.get(split, 0) + len(tokens)
+        for language, length in zip(languages, lengths):
+            if language is not None:
+                self.language_tokens[language] += length
 
     def close(self) -> tuple[ShardInfo, ...]:
         shards = []
@@ -134,21 +144,24 @@ class _UnitWriter:
         self._dtype = numpy_dtype(context.dtype_name)
         self.shards = _SplitShards(context, unit)
         self._batch: list[str] = []
+        self._languages: list[str | None] = []  # the language of each of `_batch`
         self._batch_bytes = 0
         self._batches = 0
         self._piece_split = "train"
 
-    def add(self, read: Read) -> None:
-        """A run of whole documents, or one piece of a cut document (see `Source.read`)."""
+    def add(self, read: Read, languages: list[str | None]) -> None:
+        """A run of whole documents, or one piece of a cut document (see `Source.read`), with the
+        language of each (see `with_languages`)."""
         if isinstance(read, DocumentPiece):
-            self._add_piece(read)
+            self._add_piece(read, languages[0])
             return
         self._batch += read.texts
+        self._languages += languages
         self._batch_bytes += sum(map(len, read.texts))
         if self._batch_bytes >= self._config.unit_bytes:
             self.flush()
 
-    def _add_piece(self, piece: DocumentPiece) -> None:
+    def _add_piece(self, piece: DocumentPiece, language: str | None) -> None:
         """A cut document's pieces stay in order, each starting a record, all in the split of its
         first piece."""
         self.flush()
@@ -159,12 +172,15 @@ class _UnitWriter:
             self._piece_split = "validation" if to_validation[0] else "train"
         if piece.text:
             tokens, lengths = self._tokenizer.encode_piece(piece.text, first=piece.first)
-            self.shards.write(self._piece_split, tokens.astype(self._dtype), lengths.tolist())
+            self.shards.write(
+                self._piece_split, tokens.astype(self._dtype), lengths.tolist(), [language]
+            )
 
     def flush(self) -> None:
         if not self._batch:
             return
         texts, self._batch, self._batch_bytes = self._batch, [], 0
+        languages, self._languages = self._languages, []
         to_validation = validation_mask(texts, self._config.validation_fraction, self._config.seed)
         for split, selected in (("train", ~to_validation), ("validation", to_validation)):
             indices = np.flatnonzero(selected)
@@ -174,15 +190,38 @@ class _UnitWriter:
                         len(indices), self._config.seed, self._unit.index, self._batches, split
                     )
                 ]
-                tokens, lengths = self._tokenizer.encode_documents(
-                    [texts[i] for i in order.tolist()]
-                )
+                picked = order.tolist()
+                tokens, lengths = self._tokenizer.encode_documents([texts[i] for i in picked])
                 # The dtype was chosen to hold every id of the vocabulary.
-                self.shards.write(split, tokens.astype(self._dtype), lengths.tolist())
+                self.shards.write(
+                    split,
+                    tokens.astype(self._dtype),
+                    lengths.tolist(),
+                    [languages[i] for i in picked],
+                )
         self._batches += 1
 
 
 _worker_versions = functools.cache(package_versions)
+
+
+def _documents(
+    unit: WorkUnit, context: RunContext, tally: Tally, digest: ContentDigest
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """The unit's documents to tokenize, with their languages: judged by the filters as they are
+    read, where this stage judges them, else without those the cleaning stage removed, with the
+    texts it left and the languages its fingerprints hold."""
+    config = context.config
+    if judges_while_tokenizing(config) and not is_cleaned(context):
+        return judged_documents(unit, context, tally, digest)
+    removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
+    edits = read_edits(context.output_dir, unit.index) if config.filters else {}
+    numbered = edited_documents(
+        numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
+    )
+    found = read_fingerprints(unit.index, context) if "language" in config.filters else None
+    language_of = {number: language for number, language, *_ in found.languages} if found else {}
+    return with_languages(kept_numbered(numbered, removed), language_of)
 
 
 def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
@@ -196,17 +235,9 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         config.tokenizer, bos_token=config.bos_token, eos_token=config.eos_token
     )
     writer = _UnitWriter(context, unit, tokenizer)
-    if judges_while_tokenizing(config) and not is_cleaned(context):
-        removed, edits = judge_unit(unit, context)
-    else:
-        removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
-        edits = read_edits(context.output_dir, unit.index) if config.filters else {}
     try:
-        numbered = edited_documents(
-            numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
-        )
-        for read in kept_documents(numbered, removed):
-            writer.add(read)
+        for read, languages in _documents(unit, context, tally, digest):
+            writer.add(read, languages)
         writer.flush()
         shards = writer.shards.close()
     except SourceError as e:
@@ -232,6 +263,7 @@ def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:
         plan=context.plan,
         shards=shards,
         skipped=dict(sorted(tally.skipped.items())),
+        language_tokens=dict(sorted(writer.shards.language_tokens.items())),
         counts=dict(sorted(tally.counts.items())),
         digest=digest.hexdigest(),
         newlines=digest.newlines,

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 
 from pipeline.dataset import storage
 from pipeline.dataset.manifest_io import shard_sizes
@@ -252,6 +253,19 @@ def _write_rejects(output_dir: str, plan: Plan, newlines: dict[int, int]) -> Non
                     )
 
 
+def with_tokens(
+    languages: dict[str, dict[str, int]], results: Iterable[UnitResult]
+) -> dict[str, dict[str, int]]:
+    """The removal lists' counts per language, with the tokens the units wrote of each."""
+    tokens: collections.Counter[str] = collections.Counter()
+    for result in results:
+        tokens.update(result.language_tokens)
+    return {
+        language: {**counts, "tokens_kept": tokens[language]}
+        for language, counts in languages.items()
+    }
+
+
 def _cleaning_outputs(
     output_dir: str, plan: Plan, newlines: dict[int, int], evals: EvalSet | None
 ) -> dict:
@@ -298,6 +312,9 @@ def write_outputs(
     if cleans(plan.config):
         manifest = dataclasses.replace(
             manifest, **_cleaning_outputs(output_dir, plan, newlines, evals)
+        )
+        manifest = dataclasses.replace(
+            manifest, languages=with_tokens(manifest.languages, results.values())
         )
     if "train" not in manifest.totals:
         raise FinalizeError(f"no training data: {why_empty(plan, manifest)}")

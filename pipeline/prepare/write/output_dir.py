@@ -13,7 +13,7 @@ import os
 from pipeline.dataset import storage
 from pipeline.prepare.planning import Plan
 from schemas import formats
-from schemas.errors import RunError
+from schemas.errors import RunError, UsageError
 from schemas.manifest import Manifest, ManifestError
 from schemas.prepare_config import PrepareConfig
 from schemas.settings import declared, flag_of, from_saved
@@ -28,9 +28,27 @@ class OutputError(RunError, RuntimeError):
     """The output directory cannot take this plan; the message says why and what to do."""
 
 
+class ModelChangedError(UsageError, ValueError):
+    """A fastText model file that holds other bytes than when the run here was planned."""
+
+
+def _check_models(output_dir: str, old: dict, new: dict) -> None:
+    """Refuses to go on with, or take as complete, a run whose filters' model file has changed: its
+    path alone is in the config."""
+    earlier = {model["path"]: model["sha256"] for model in old.get("models", [])}
+    for model in new.get("models", []):
+        before = earlier.get(model["path"], model["sha256"])
+        if before != model["sha256"]:
+            raise ModelChangedError(
+                f"fastText model {model['path']} has changed since the run in {output_dir} was "
+                f"planned with it (sha256 {before[:12]}..., now {model['sha256'][:12]}...); put "
+                "that file back, or pass --overwrite to prepare again with this one"
+            )
+
+
 def _differences(old: dict, new: dict) -> str:
     what = []
-    for section in ("config", "tokenizer", "inputs", "eval_files"):
+    for section in ("config", "tokenizer", "inputs", "eval_files", "models"):
         if old.get(section) != new.get(section):
             if section == "config":
                 earlier, now = old.get(section, {}), new[section]
@@ -144,6 +162,7 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
                 "it was prepared from (copied without it?), so it cannot be told to match these "
                 "inputs and config; pass --overwrite to replace it, or choose another --output"
             )
+        _check_models(output_dir, old, identity)
         if old != identity:
             raise OutputError(
                 f"{output_dir} already holds a dataset prepared with different "
@@ -156,6 +175,7 @@ def prepare_output_dir(output_dir: str, plan: Plan, *, overwrite: bool) -> str:
         return COMPLETE
     old_plan = _read_json(_state_path(output_dir, formats.PLAN_NAME))
     if old_plan is not None:
+        _check_models(output_dir, old_plan, identity)
         if old_plan.get("fingerprint") != plan.fingerprint():
             raise OutputError(
                 f"{output_dir} holds an unfinished run with different "

@@ -27,6 +27,7 @@ from typing import Any
 from pipeline.prepare.clean.judgments import INSTALL_HINT, FilterError, Filters
 from pipeline.prepare.clean.quality.datatrove_filters import DatatroveFilters
 from pipeline.prepare.clean.quality.fast_filters import RULES, FastFilters
+from pipeline.prepare.clean.quality.spacy_import import import_spacy
 from schemas.prepare_config import ALL_FILTER_NAMES, FILTER_IMPLS
 
 CHECK_DOCUMENT = "A check of the filters' parameters."
@@ -117,6 +118,7 @@ def preload(impl: str) -> None:
         from datatrove.utils.typeshelper import Languages
         from datatrove.utils.word_tokenizers import load_word_tokenizer
 
+        import_spacy()  # without torch, before datatrove imports it (see `spacy_import`)
         _ = load_word_tokenizer(Languages.english).tokenizer  # built on first use
 
 

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from pipeline.prepare.clean.quality.spacy_import import import_spacy
 from pipeline.prepare.clean.quality.word_chunks import (
     Chunks,
     HashTable,
@@ -52,11 +53,10 @@ def english() -> tuple:
     """spaCy's blank English pipeline as datatrove's `load_word_tokenizer` builds it, and the hashes
     of its sentencizer's `punct_chars`. The filters read no lexeme attributes, so this private copy
     computes none (a third of a new word's cost). Loaded when first needed: importing spaCy takes
-    most of a second."""
-    import spacy
+    most of a second (see `spacy_import`)."""
     from datatrove.utils.typeshelper import Languages
 
-    nlp = spacy.blank(Languages.english)
+    nlp = import_spacy().blank(Languages.english)
     sentence_ends = nlp.add_pipe("sentencizer").punct_chars
     nlp.vocab.lex_attr_getters = {}
     spaced = [

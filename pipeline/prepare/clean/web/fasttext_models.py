@@ -16,7 +16,9 @@ import os
 import re
 import struct
 
+from pipeline.hub_commits import commit_of
 from pipeline.prepare.clean.judgments import FilterError
+from schemas.prepare_config import PrepareConfig
 
 HUB_PREFIX = "hf:"
 LABEL_PREFIX = "__label__"
@@ -30,7 +32,6 @@ _KINDS = {1: "a cbow word-vector model", 2: "a skipgram word-vector model"}
 _HUB_SPEC = re.compile(
     rf"{HUB_PREFIX}(?P<repo>[^/@\s]+/[^/@\s]+)/(?P<file>[^@\s]+?)(?:@(?P<revision>[^@\s]+))?"
 )
-_PINNED = re.compile(r"[0-9a-f]{40}")
 
 
 def _hub_parts(spec: str) -> tuple[str, str, str | None]:
@@ -55,15 +56,19 @@ def pinned(spec: str) -> str:
     if not spec.startswith(HUB_PREFIX):
         return os.path.abspath(spec)
     repo, file, revision = _hub_parts(spec)
-    if revision is not None and _PINNED.fullmatch(revision):
-        return spec
     try:
-        from huggingface_hub import HfApi
-
-        sha = HfApi().model_info(repo, revision=revision).sha
+        sha = commit_of(repo, revision)
     except Exception as e:  # the client's errors: not found, gated, unreachable, not installed
         raise _hub_error(spec, e) from None
     return f"{HUB_PREFIX}{repo}/{file}@{sha}"
+
+
+def model_specs(config: PrepareConfig) -> list[str]:
+    """The fastText models a run's filters load, as its config names them."""
+    specs = [config.language_model] if "language" in config.filters else []
+    if "fasttext" in config.filters:
+        specs.append(str(config.filter_params.get("fasttext", {}).get("model_url", "")))
+    return [spec for spec in specs if spec]
 
 
 @functools.cache

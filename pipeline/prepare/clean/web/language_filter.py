@@ -52,20 +52,36 @@ class LanguageRule:
         return [self._judge(text) for text in texts]
 
     def _judge(self, text: str) -> Judged:
-        # fastText's labels come best first: the best is the first, and a wanted language above the
-        # threshold is among those before the first at or below it (one or two, mostly).
-        labels, scores = self._model.predict(text.replace("\n", " "))
-        language, score = labels[0][len(LABEL_PREFIX) :], scores[0]
+        # fastText finds its best label without scoring every one (its hierarchical softmax walks
+        # only the branches that can beat it), with the probability `k=-1` gives it: that decides
+        # all but a document whose best language is not wanted yet above the threshold.
+        line = text.replace("\n", " ")
+        labels, scores = self._model.predict(line, k=1)
+        best, score = labels[0], scores[0]
         threshold = self.language_threshold
         if not self._wanted:
             kept = score > threshold
         elif threshold < 0:  # a language fastText leaves out scores 0, above it
             kept = True
-        else:
+        elif best in self._wanted or score <= threshold:  # no other label scores above the best
+            kept = best in self._wanted and score > threshold
+        else:  # another label may be above the threshold too: those that can be, best first
+            labels, scores = self._model.predict(line, threshold=_pruned_below(threshold))
             kept = any(label in self._wanted for label in _above(labels, scores, threshold))
         return Judged(
-            kept or self.label_only, text, {"language": language, "language_score": score}
+            kept or self.label_only,
+            text,
+            {"language": best[len(LABEL_PREFIX) :], "language_score": score},
         )
+
+
+# fastText leaves out the labels whose log-probability is below log(threshold + 1e-5): asked for
+# half the threshold, it keeps every label above the threshold itself, whatever the rounding.
+_SAFE_PRUNING = 1e-3
+
+
+def _pruned_below(threshold: float) -> float:
+    return threshold / 2 if threshold > _SAFE_PRUNING else 0.0
 
 
 def _above(labels: tuple[str, ...], scores: tuple[float, ...], threshold: float):
