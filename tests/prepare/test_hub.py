@@ -21,6 +21,8 @@ from pipeline.prepare.read.hub import (
 )
 from support.hub_standin import HubStandIn
 
+pytestmark = pytest.mark.integration  # a loopback server
+
 
 def write_files(root, files: dict[str, bytes]) -> str:
     for path, data in files.items():
@@ -200,7 +202,6 @@ def test_parquet_row_groups_read_through_pyarrow(hub, tmp_path):
     assert rows == stories("a", 40)[20:]
 
 
-@pytest.mark.integration
 def test_a_new_commit_resolves_anew_while_pinned_urls_keep_their_bytes(hub, tmp_path):
     old = hub.commit(
         "org/moving", write_files(tmp_path / "v1", {"data/train.jsonl": jsonl_bytes(["old"])})
@@ -246,7 +247,6 @@ def card(yaml: str) -> bytes:
     return f"---\n{yaml}---\n".encode()
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(
     "repo, files, kwargs, message",
     [

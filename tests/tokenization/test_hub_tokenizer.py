@@ -48,6 +48,7 @@ def test_a_hub_tokenizer_is_pinned_and_read_at_its_commit(hub, tmp_path):
     assert again.info.vocab_sha256 == local.info.vocab_sha256, "a pinned spec reads its own commit"
 
 
+@pytest.mark.integration  # a loopback server
 def test_hub_tokenizer_errors_are_one_line(hub):
     with pytest.raises(TokenizerError, match="cannot be resolved"):
         pin("hf:org/missing")
