@@ -40,7 +40,7 @@ format: venv
 # The linter, then every tier: the unit tests, those marked `integration` (a command, a process or
 # training, seconds each) and those marked `slow` (minutes); what CI runs.
 test: lint
-	$(PY) -m pytest -m "slow or not slow"
+	$(PY) -m pytest -m "slow or not slow" -n 0
 
 # The unit tier alone (under a minute on 2 cores).
 test-fast: venv

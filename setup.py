@@ -75,6 +75,7 @@ READERS = ["megatron-core>=0.16.1", "torch>=2.4", "datatrove>=0.10.1"]
 TEST = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.6",  # the unit tier on every core (pytest.ini)
     "gcp-storage-emulator",
     "hypothesis>=6.100",
     "wheel>=0.40",

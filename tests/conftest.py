@@ -11,8 +11,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tests import the project from the checkout, installed or not, and their helpers as `support.*`.
 sys.path[:0] = [REPO, os.path.dirname(os.path.abspath(__file__))]
 
-from support.runs import run_prepare  # noqa: E402
-
 # Fixtures of the hub stand-in, the clean worker environment, the two-source mixture and the
 # directories to damage.
 pytest_plugins = ("support.hub_standin", "support.worker_venv", "support.batches", "support.damage")
@@ -57,6 +55,7 @@ def stories_dataset(tmp_path_factory) -> str:
     """A small prepared story corpus with a validation split, read (never written) by the trainer's
     tests."""
     from pipeline.corpus import write_corpus
+    from support.runs import run_prepare
 
     root = tmp_path_factory.mktemp("stories")
     write_corpus(str(root / "stories.txt"), 400, seed=5)

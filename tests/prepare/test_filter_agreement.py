@@ -5,8 +5,8 @@ keep a document, and the exact mode (`--filter-impl datatrove`) equal to datatro
 The reference is datatrove's classes chained as its pipeline chains them. The documents are
 tests/support/varied_text.py's (a seed used nowhere else: prose, menus, repeated lines and
 paragraphs, code, bullet lists, URLs, numbers, non-English, very short and very long documents, odd
-whitespace), tests/support/web_text.py's, and a few made by hand. `pytest -s` prints the figures
-docs/filters.md quotes.
+whitespace), tests/support/web_text.py's, and a few made by hand. `pytest -n 0 -s` prints the
+figures docs/filters.md quotes.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from pipeline.load.data_spec import DataSource, parse_data_spec
-from support.synthetic import EOT_ID, unique_documents, write_prepared
 
 
 def take(iterator, n: int) -> list[dict[str, np.ndarray]]:
@@ -33,6 +32,8 @@ BOOKS_FIRST = 500_000
 def sources(tmp_path_factory) -> dict[str, str]:
     """web: many short documents, ~230 tokens per record; books: one 300-900 token document per
     record. Books run out first at the weights below, so an epoch reads them exactly once."""
+    from support.synthetic import unique_documents, write_prepared  # Beam's I/O: when needed
+
     rng = np.random.default_rng(7)
     root = tmp_path_factory.mktemp("mixture")
     web = unique_documents([int(n) for n in rng.integers(4, 60, 5000)])
@@ -69,5 +70,7 @@ def real(batch: dict[str, np.ndarray]) -> np.ndarray:
 def owners(batch: dict[str, np.ndarray]) -> np.ndarray:
     """The source (0 web, 1 books) of each target token; an EOT target belongs to the document it
     ends, whose last word is its input."""
+    from support.synthetic import EOT_ID
+
     targets, inputs = batch["targets"][real(batch)], batch["inputs"][real(batch)]
     return (np.where(targets == EOT_ID, inputs, targets) >= BOOKS_FIRST).astype(int)

@@ -21,7 +21,6 @@ import pytest
 
 from pipeline.load.lengths import CACHE_ENV
 from schemas import formats
-from support.runs import run_command, run_prepare
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +42,8 @@ class Outcome:
 def run(name: str, argv: list[str]) -> Outcome:
     """A `tokshards` command run in this process as the console script runs it, with what it
     printed."""
+    from support.runs import run_command
+
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -82,6 +83,7 @@ def small_stories(root: str, seed: int = 1) -> str:
     """A prepared directory of 300 stories in 12 train shards, all of one size (ArrayRecord pads
     small files to 64 KiB blocks), as a same-size mix-up needs."""
     from pipeline.corpus import write_corpus
+    from support.runs import run_prepare
 
     write_corpus(os.path.join(root, "stories.txt"), 300, seed=seed)
     out = os.path.join(root, "out")

@@ -21,8 +21,6 @@ import sysconfig
 import zipfile
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.portability.stager import WORKFLOW_TARBALL_FILE, Stager
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -37,6 +35,9 @@ def build_sdist(dest: str) -> str:
     Built by the stager itself (`python -m build --no-isolation --sdist`, or `setup.py sdist` where
     `build` is not installed), so the test sees what workers get, whatever Beam's version does.
     """
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.stager import WORKFLOW_TARBALL_FILE, Stager
+
     options = PipelineOptions([f"--setup_file={SETUP_FILE}", "--requirements_cache=skip"])
     resources = Stager.create_job_resources(options, dest, log_submission_env_dependencies=False)
     staged = {name: src for src, name, _ in Stager.extract_staging_tuple_iter(resources)}
