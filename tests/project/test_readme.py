@@ -53,7 +53,7 @@ def readme_data(tmp_path_factory) -> str:
 # prints what its names hold.
 LOAD_COMMENTS = (
     '# {"inputs", "targets"}: int32 [8 / shards, 256]',
-    "# a few integers; set_state(state) resumes exactly",
+    "# a few integers and its packing; set_state(state) resumes exactly",
     "# int64 [2]: target tokens of the batch per source",
     '# ("web", "stories"), the order of source_tokens',
 )
@@ -123,7 +123,8 @@ def test_a_python_snippet_runs_as_written_without_jax(index, readme_data):
         "targets": ["int32", [8, 256]],
     }  # one shard: no JAX
     assert probed["deterministic"]
-    assert probed["state"] and len(probed["state"]) <= 16 and set(probed["state"]) == {"int"}
+    assert probed["state"] and len(probed["state"]) <= 16
+    assert set(probed["state"]) == {"int", "str"} and probed["state"].count("str") == 1
     assert probed["resumed"]
     assert probed["source_tokens"] == ["int64", [2], 8 * 256]
     assert probed["source_names"] == ["web", "stories"]
