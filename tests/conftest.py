@@ -37,17 +37,9 @@ def encoding():
 def token_dataset(tmp_path_factory) -> str:
     """A small prepared directory written from token ids, without a prepare run: for tests that
     need valid data to get past, not what is in it."""
-    import numpy as np
+    from support.synthetic import small_prepared
 
-    from support.synthetic import write_prepared
-
-    rng = np.random.default_rng(0)
-    path = str(tmp_path_factory.mktemp("tokens"))
-    splits = ("train", "validation")
-    write_prepared(
-        path, {s: [rng.integers(2, 500, 60) for _ in range(40)] for s in splits}, n_vocab=512
-    )
-    return path
+    return small_prepared(str(tmp_path_factory.mktemp("tokens")))
 
 
 @pytest.fixture(scope="session")

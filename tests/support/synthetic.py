@@ -84,3 +84,13 @@ def write_prepared(
     with open(os.path.join(output, formats.MANIFEST_NAME), "w") as f:
         f.write(manifest.to_json())
     return manifest
+
+
+def small_prepared(path: str, splits: tuple[str, ...] = ("train", "validation")) -> str:
+    """Forty random 60-token documents per split, of a 512-id vocabulary: a valid directory for
+    tests that train on it or must get past it, whatever it holds."""
+    rng = np.random.default_rng(0)
+    write_prepared(
+        path, {s: [rng.integers(2, 500, 60) for _ in range(40)] for s in splits}, n_vocab=512
+    )
+    return path

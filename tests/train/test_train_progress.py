@@ -8,13 +8,12 @@ import io
 import re
 
 import jax
-import numpy as np
 import pytest
 
 import train.sample as sample_module
 from model.config import preset
 from pipeline.cli.log_cadence import format_duration
-from support.synthetic import write_prepared
+from support.synthetic import small_prepared
 from train.config import TrainConfig
 from train.metrics import PlainProgress
 from train.sample import generate
@@ -77,19 +76,9 @@ def _run(data: str, workdir: str, **overrides):
     return train(dataclasses.replace(config, **overrides))
 
 
-def _synthetic(path: str, splits: tuple[str, ...]) -> str:
-    rng = np.random.default_rng(0)
-    write_prepared(
-        path,
-        {split: [rng.integers(2, 500, 60) for _ in range(40)] for split in splits},
-        n_vocab=512,
-    )
-    return path
-
-
 @pytest.mark.integration
 def test_training_off_a_terminal_prints_steps_with_lr_and_eta_and_eval_lines(tmp_path, capsys):
-    data = _synthetic(str(tmp_path / "data"), ("train", "validation"))
+    data = small_prepared(str(tmp_path / "data"))
     _run(data, str(tmp_path / "run"))
     lines = capsys.readouterr().err.splitlines()
     step = re.compile(
@@ -108,7 +97,7 @@ def test_training_off_a_terminal_prints_steps_with_lr_and_eta_and_eval_lines(tmp
 
 @pytest.mark.integration
 def test_data_without_a_validation_split_is_said_once(tmp_path, capsys):
-    data = _synthetic(str(tmp_path / "data"), ("train",))
+    data = small_prepared(str(tmp_path / "data"), ("train",))
     result = _run(data, str(tmp_path / "run"))
     err = capsys.readouterr().err
     assert (
