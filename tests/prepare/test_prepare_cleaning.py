@@ -16,7 +16,7 @@ import pytest
 from pipeline.prepare.clean.dedup.fingerprints import MinHasher, normalized, word_hashes
 from pipeline.prepare.clean.removals import EXACT, NEAR, duplicates, merge, place
 from pipeline.prepare.read.documents import DocumentPiece, DocumentRun
-from pipeline.prepare.read.unit_documents import kept_documents
+from pipeline.prepare.read.unit_documents import kept_numbered
 from schemas import formats
 from support.corpora import write_jsonl, write_parquet, write_text
 from support.fault_runs import kill_prepare_part_way, units_started
@@ -43,7 +43,7 @@ def test_normalization_is_nfc_and_collapsed_whitespace_keeping_case():
     assert normalized("Café") != normalized("café")
 
 
-def test_kept_documents_skips_numbers_and_whole_cut_documents():
+def test_kept_numbered_skips_numbers_and_whole_cut_documents():
     piece = lambda text, first: DocumentPiece(text, first, location=7)  # noqa: E731
     numbered = [
         (0, DocumentRun(["a", "b"], [0, 1])),
@@ -51,9 +51,11 @@ def test_kept_documents_skips_numbers_and_whole_cut_documents():
         (2, piece("c2", False)),
         (3, DocumentRun(["d", "e"], [9, 10])),
     ]
-    kept = list(kept_documents(numbered, frozenset({1, 2, 4})))
-    assert kept == [DocumentRun(["a"], [0]), DocumentRun(["d"], [9])]
-    assert list(kept_documents(numbered, frozenset())) == [read for _, read in numbered]
+    kept = list(kept_numbered(numbered, frozenset({1, 2, 4})))
+    assert kept == [([0], DocumentRun(["a"], [0])), ([3], DocumentRun(["d"], [9]))]
+    everything = list(kept_numbered(numbered, frozenset()))
+    assert [read for _, read in everything] == [read for _, read in numbered]
+    assert [numbers for numbers, _ in everything] == [[0, 1], [2], [2], [3, 4]]
 
 
 def test_the_first_in_input_order_is_kept_whatever_order_the_parts_arrive_in():

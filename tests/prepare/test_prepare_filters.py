@@ -27,7 +27,7 @@ from pipeline.prepare.clean.unit_fingerprints import FINGERPRINTS_DIR, fingerpri
 from pipeline.prepare.planning import make_plan
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
-from pipeline.prepare.read.unit_documents import kept_documents, numbered_documents
+from pipeline.prepare.read.unit_documents import kept_numbered, numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.stages import PrepareError
 from schemas import formats
@@ -307,7 +307,7 @@ def test_the_tokenizing_stage_reads_a_unit_once_and_tokenizes_what_two_reads_gav
     config = PrepareConfig(filters=CHAIN, max_document_bytes=4096, filter_max_document_bytes=8192)
     (unit,) = make_plan([write_jsonl(str(tmp_path / "web.jsonl"), docs)], config).units
     found = fingerprint_unit(unit, config, None, inline_filters.worker_filters(config))
-    two_reads = kept_documents(
+    two_reads = kept_numbered(
         edited_documents(
             numbered_documents(unit, config, Tally(), ContentDigest()),
             dict(found.edits),
@@ -315,7 +315,7 @@ def test_the_tokenizing_stage_reads_a_unit_once_and_tokenizes_what_two_reads_gav
         ),
         frozenset(number for number, _, _ in found.filtered),
     )
-    expected = [_texts(read) for read in two_reads]
+    expected = [_texts(read) for _, read in two_reads]
     assert found.edits and any(reason == TOO_LONG for _, reason, _ in found.filtered)
     lists = []
     for batch in (inline_filters.JUDGED_CHARACTERS, 1):  # the unit at once; a read at a time

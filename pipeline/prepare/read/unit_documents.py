@@ -37,15 +37,11 @@ def numbered_documents(
             following += len(read.texts)
 
 
-def kept_documents(numbered: Iterable[tuple[int, Read]], removed: frozenset[int]) -> Iterator[Read]:
-    """What `numbered` read, without the documents whose numbers are in `removed`."""
-    return (read for _, read in kept_numbered(numbered, removed))
-
-
 def kept_numbered(
     numbered: Iterable[tuple[int, Read]], removed: frozenset[int]
 ) -> Iterator[tuple[list[int], Read]]:
-    """`kept_documents`, each read with the numbers of its documents (a piece, its document's)."""
+    """What `numbered` read, without the documents whose numbers are in `removed`, each read with
+    the numbers of its documents (a piece, its document's)."""
     for first, read in numbered:
         if isinstance(read, DocumentPiece):
             if first not in removed:
