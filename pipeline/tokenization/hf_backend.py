@@ -159,7 +159,7 @@ class HFTokenizer:
             raise _unreadable(path, e) from None
         forced = os.environ.get(ENGINE_ENV) == self.library
         with in_child(functools.partial(_identity_and_reason, definition, forced)) as checked:
-            self._load(path, definition, bos_flag, eos_flag, name, checked)
+            self._load(path, definition, bos_flag, eos_flag, name, checked, forced)
 
     def _load(
         self,
@@ -169,6 +169,7 @@ class HFTokenizer:
         eos_flag: str | None,
         name: str | None,
         checked: Callable[[], tuple[str, str | None]],
+        forced: bool,
     ) -> None:
         try:
             self._tokenizer = tokenizers.Tokenizer.from_str(self._text)
@@ -200,7 +201,7 @@ class HFTokenizer:
         )
         self._normalizer: tokenizers.normalizers.Normalizer | None = None
         self._normal_forms: tuple[str, ...] = ()
-        self._fast, self.engine_note = self._tiktoken_engine(definition, specials, checked)
+        self._fast, self.engine_note = self._tiktoken_engine(definition, specials, checked, forced)
         self.engine = self.library if self._fast is None else "tiktoken"
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.info = TokenizerInfo(
@@ -216,12 +217,17 @@ class HFTokenizer:
         )
 
     def _tiktoken_engine(
-        self, definition: dict, specials: set[str], checked: Callable[[], tuple[str, str | None]]
+        self,
+        definition: dict,
+        specials: set[str],
+        checked: Callable[[], tuple[str, str | None]],
+        forced: bool,
     ) -> tuple[TiktokenDocuments | None, str]:
         """tiktoken's encoding of this file where it gives the library's ids, and the line that
         says which engine encodes (and why not tiktoken). `checked` gives the reason the rules
-        find, all of them checked (the merges' too, left out here)."""
-        if os.environ.get(ENGINE_ENV) == self.library:
+        find, all of them checked (the merges' too, left out here); `forced`: the environment
+        keeps every file on the library."""
+        if forced:
             return None, f"{ENGINE_ENV}={self.library}; encoded by {self.library}"
         parts = tiktoken_parts(definition, check_merges=False)
         if isinstance(parts, str):

@@ -126,6 +126,29 @@ def test_the_web_filters_decide_as_datatrove_s_objects(datatrove_with_local_mode
         assert sum(kept != text for (_, kept), text in zip(expected, documents)) > 100
 
 
+IP_LIKE = [
+    "version 1.2.3.4.5 and pi 3.14, then 1.1.1",
+    "1.1.1.1",
+    "256.1.1.1 and 1.256.1.1 and 01.002.3.4",
+    "a1.2.3.4b and 8.8.8.8.8.8.8.8",
+    "x 0.0.0.0 y 255.255.255.255x",
+    "10.0.0.1 192.168.1.1 172.16.0.5 100.64.0.1 127.0.0.1",
+    "١.٢.٣.٤ and １.２.３.４ are no addresses",
+    "1.2.3.\n4 and 9.9.9.9",
+    "no digits here. None at all.",
+    "1.2.3.4",
+]
+
+
+@pytest.mark.parametrize("params", [{}, {"only_remove_public_ips": False}])
+def test_pii_replaces_ip_like_text_as_datatrove_s_formatter(params):
+    from datatrove.pipeline.formatters import PIIFormatter
+
+    judged = quality_filters(["pii"], {"pii": params}, "fast").judge_many(IP_LIKE)
+    assert judged == [(None, PIIFormatter(**params).format(text)) for text in IP_LIKE]
+    assert sum(kept != text for (_, kept), text in zip(judged, IP_LIKE)) >= 5
+
+
 def test_pii_s_replacements_depend_on_the_document_alone():
     documents = with_pii(DOCUMENTS)[:60]
     filters = quality_filters(["pii"], {}, "fast")

@@ -16,6 +16,15 @@ import re
 
 from pipeline.prepare.clean.judgments import Judged
 
+# datatrove's IP pattern: four octets of one to three digits, joined by dots. Each of its matches
+# starts with a digit and holds a digit, a dot and a digit, so a text without that has no match,
+# and a lookahead for a digit lets Python's engine skip to the digits: on web text the check runs
+# at about 210 MB/s and the pattern with the lookahead at 95, the pattern alone at 25. Another
+# pattern, from another datatrove, is used as it is.
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)"
+_KNOWN_IP_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_IP_CANDIDATE = re.compile(r"[0-9]\.[0-9]")
+
 
 @functools.cache
 def _formatter_module():
@@ -58,6 +67,10 @@ class PIIRule:
         made = pii.PIIFormatter()
         self._emails = made.emails_replacer.regex
         self._ips = made.ip_replacer.regex
+        self._ip_candidate: re.Pattern | None = None
+        if self._ips.pattern == _KNOWN_IP_PATTERN:
+            self._ips = re.compile("(?=[0-9])" + self._ips.pattern, self._ips.flags)
+            self._ip_candidate = _IP_CANDIDATE
         self._public_only = self.only_remove_public_ips
         self._email_with = _replacements(self.email_replacement)
         self._ip_with = _replacements(self.ip_replacement)
@@ -93,7 +106,7 @@ class PIIRule:
             notes = {}
             if self.remove_emails and "@" in text:  # the pattern has one
                 text, notes["emails"] = self._replace(text, self._emails, self._email_with, None)
-            if self.remove_ips:
+            if self.remove_ips and (self._ip_candidate is None or self._ip_candidate.search(text)):
                 text, notes["ips"] = self._replace(text, self._ips, self._ip_with, valid)
             judged.append(Judged(True, text, {k: n for k, n in notes.items() if n}))
         return judged
