@@ -44,7 +44,6 @@ class HostRows:
     def __init__(self, config: LoaderConfig, manifests: tuple[Manifest, ...]):
         self._config = config
         self._manifests = manifests
-        self.packing = config.packing
         index, count = resolve_shard(config.shard_index, config.shard_count)
         self.rows = host_batch_size(config)
         self._first_row = index * self.rows
@@ -68,6 +67,10 @@ class HostRows:
             "_walked": None,
             "_held": {},
         }
+
+    @property
+    def packing(self) -> str:
+        return self._config.packing
 
     @property
     def planner(self) -> Planner:

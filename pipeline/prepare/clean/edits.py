@@ -10,12 +10,13 @@ crash has its edits too. A cut document whose text changes is cut again, at the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import zstandard
 
 from pipeline.dataset import storage
 from pipeline.prepare.read.documents import DocumentPiece, DocumentRun, Read, is_long, pieces_of
+from pipeline.prepare.read.unit_documents import kept_numbered, with_languages
 from schemas import formats
 
 EDITS_DIR = "edits"
@@ -58,6 +59,20 @@ def edited_documents(
         else:
             texts = [edits.get(number, text) for number, text in enumerate(read.texts, first)]
             yield first, DocumentRun(texts, read.locations, read.ids)
+
+
+def to_tokenize(
+    numbered: Iterable[tuple[int, Read]],
+    edits: dict[int, str],
+    removed: frozenset[int],
+    language_of: Mapping[int, str],
+    limit: int,
+) -> Iterator[tuple[Read, list[str | None]]]:
+    """`numbered` as the filters leave it, each read with its documents' languages: the changed
+    texts in (see `edited_documents`), the removed documents out."""
+    return with_languages(
+        kept_numbered(edited_documents(numbered, edits, limit), removed), language_of
+    )
 
 
 def _cut_again(

@@ -17,7 +17,7 @@ import functools
 import json
 from collections.abc import Iterator
 
-from pipeline.prepare.clean.edits import edited_documents
+from pipeline.prepare.clean.edits import to_tokenize
 from pipeline.prepare.clean.judgments import Filters
 from pipeline.prepare.clean.quality.quality_filters import preload, quality_filters
 from pipeline.prepare.clean.removals import removal_entries, write_removal_list
@@ -29,11 +29,7 @@ from pipeline.prepare.clean.unit_fingerprints import (
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
-from pipeline.prepare.read.unit_documents import (
-    kept_numbered,
-    numbered_documents,
-    with_languages,
-)
+from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas.prepare_config import FILTER_NAMES, PrepareConfig
@@ -106,8 +102,7 @@ def _kept(
     takes the collector's new ones)."""
     removed = frozenset(number for number, _, _ in collector.filtered)
     language_of.update((number, language) for number, language, *_ in collector.languages)
-    kept = kept_numbered(edited_documents(waiting, dict(collector.edits), limit), removed)
-    return with_languages(kept, language_of)
+    return to_tokenize(waiting, dict(collector.edits), removed, language_of, limit)
 
 
 def _write_removals(unit: WorkUnit, context: RunContext, found: UnitFingerprints) -> None:

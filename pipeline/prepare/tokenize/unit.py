@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from pipeline.dataset import storage
-from pipeline.prepare.clean.edits import edited_documents, read_edits
+from pipeline.prepare.clean.edits import read_edits, to_tokenize
 from pipeline.prepare.clean.inline_filters import judged_documents, judges_while_tokenizing
 from pipeline.prepare.clean.removals import cleans, is_cleaned, removed_numbers
 from pipeline.prepare.clean.unit_fingerprints import read_fingerprints
@@ -30,7 +30,7 @@ from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.read import SourceError
 from pipeline.prepare.read.base import ContentDigest
 from pipeline.prepare.read.documents import DocumentPiece, Read, Reject, Tally
-from pipeline.prepare.read.unit_documents import kept_numbered, numbered_documents, with_languages
+from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import (
     UnitResult,
@@ -216,12 +216,15 @@ def _documents(
         return judged_documents(unit, context, tally, digest)
     removed = removed_numbers(context.output_dir, unit.index) if cleans(config) else frozenset()
     edits = read_edits(context.output_dir, unit.index) if config.filters else {}
-    numbered = edited_documents(
-        numbered_documents(unit, config, tally, digest), edits, config.max_document_bytes
-    )
     found = read_fingerprints(unit.index, context) if "language" in config.filters else None
     language_of = {number: language for number, language, *_ in found.languages} if found else {}
-    return with_languages(kept_numbered(numbered, removed), language_of)
+    return to_tokenize(
+        numbered_documents(unit, config, tally, digest),
+        edits,
+        removed,
+        language_of,
+        config.max_document_bytes,
+    )
 
 
 def process_unit(unit: WorkUnit, context: RunContext) -> UnitResult:

@@ -310,12 +310,9 @@ def write_outputs(
     newlines = newlines_before(plan, results)
     _write_rejects(output_dir, plan, newlines)
     if cleans(plan.config):
-        manifest = dataclasses.replace(
-            manifest, **_cleaning_outputs(output_dir, plan, newlines, evals)
-        )
-        manifest = dataclasses.replace(
-            manifest, languages=with_tokens(manifest.languages, results.values())
-        )
+        outputs = _cleaning_outputs(output_dir, plan, newlines, evals)
+        outputs["languages"] = with_tokens(outputs["languages"], results.values())
+        manifest = dataclasses.replace(manifest, **outputs)
     if "train" not in manifest.totals:
         raise FinalizeError(f"no training data: {why_empty(plan, manifest)}")
     config = plan.config
