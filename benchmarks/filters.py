@@ -150,14 +150,15 @@ def preload_seconds(rounds: int) -> float:
         f"quality_filters(['language', *{ALL.split(',')!r}], {{}}, 'fast', lid_model());"
         "print(time.perf_counter() - started)"
     )
-    return min(
-        float(
-            subprocess.run(
-                [sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True
-            ).stdout.split()[-1]
-        )
-        for _ in range(rounds)
+    return min(_printed_seconds(code) for _ in range(rounds))
+
+
+def _printed_seconds(code: str) -> float:
+    """The seconds a fresh interpreter running `code` in the repository prints last."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True
     )
+    return float(done.stdout.split()[-1])
 
 
 def fasttext_cpu_seconds(path: str, rounds: int) -> float:
@@ -182,10 +183,7 @@ def _cold_seconds(names: list[str], corpus: str, seed: int, count: int) -> float
         f"docs = corpus_of({corpus!r}, {seed}, {count}); f = FastFilters({names!r}, {{}});"
         "started = time.process_time(); f.judge_many(docs); print(time.process_time() - started)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True
-    )
-    return float(done.stdout.split()[-1])
+    return _printed_seconds(code)
 
 
 def corpus_of(kind: str, seed: int, count: int) -> list[str]:
