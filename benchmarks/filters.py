@@ -10,10 +10,12 @@ what the filters removed, and its units' own seconds in the workers (all units t
 alternate, `--rounds` times, and each configuration's best time is compared, so a burst of other
 work on the machine does not decide the ratio. `--runs` times some of them alone.
 
-What no run can cost less than, measured in the same run: the filters' one-time load in a fresh
-prepare process (spaCy's import and English tokenizer, which datatrove's word split needs, and
-lid.176), paid once before the workers fork; and fastText's own prediction of the corpus's
-languages, in this process, against the units' seconds the language run adds.
+Fixed and engine costs, measured in the same run: the filters' one-time load in a fresh prepare
+process (spaCy's import and English tokenizer, which datatrove's word split needs, and lid.176),
+which the command's early job process pays beside the launcher's own start (`early_job`); and the
+corpus's languages predicted in this process by fastText's own engine and by the cached engine
+prepare scores them with (`cached_fasttext`, from a cold cache, in the filters' batches), against
+the units' seconds the language run adds.
 
 Per core: MB/s of document text judged per CPU second of this process (the machine may be shared),
 best of `--rounds`, on the same corpus and on tests/support/varied_text.py's (whose long tail of
@@ -46,6 +48,7 @@ sys.path[:0] = [REPO, os.path.join(REPO, "tests")]  # the web-like text the filt
 
 from cpu_time import fewest_cpu_seconds  # noqa: E402
 
+import pipeline.prepare  # noqa: E402, F401  (first: numpy's BLAS on one thread, as in prepare)
 from support.multilingual_text import lid_model  # noqa: E402
 from support.varied_text import varied_documents  # noqa: E402
 from support.web_text import held_out_documents  # noqa: E402
@@ -161,16 +164,37 @@ def _printed_seconds(code: str) -> float:
     return float(done.stdout.split()[-1])
 
 
-def fasttext_cpu_seconds(path: str, rounds: int) -> float:
-    """CPU seconds of fastText's own prediction of the corpus's best languages (lid.176.ftz, `k=1`,
-    newlines read as spaces, as `--filter language` asks it), in this process: what language ID
-    cannot cost less than, whatever runs it."""
+def language_id_cpu_seconds(path: str, rounds: int) -> tuple[float, float]:
+    """CPU seconds, in this process, of the corpus's languages predicted (lid.176.ftz, newlines read
+    as spaces) by fastText's own engine (its best label, `k=1`, one line at a time) and by the
+    cached engine (every label, from a fresh cache, in batches of the filters' size)."""
+    from pipeline.prepare.clean.quality.fast_filters import BATCH_CHARACTERS
+    from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier
+    from pipeline.prepare.clean.web.fasttext_file import read_fasttext_file
     from pipeline.prepare.clean.web.fasttext_models import FastTextModel
 
     model = FastTextModel(lid_model())
     with open(path) as f:
-        lines = [json.loads(line)["text"].replace("\n", " ") for line in f]
-    return fewest_cpu_seconds(rounds, lambda: [model.predict(line, k=1) for line in lines])
+        texts = [json.loads(line)["text"] for line in f]
+    lines = [text.replace("\n", " ") for text in texts]
+    batches, size = [[]], 0
+    for text in texts:
+        if size + len(text) > BATCH_CHARACTERS and batches[-1]:
+            batches.append([])
+            size = 0
+        batches[-1].append(text)
+        size += len(text)
+    file = read_fasttext_file(lid_model())
+
+    def cached() -> None:
+        engine = CachedClassifier(file)
+        for batch in batches:
+            engine.probabilities(batch)
+
+    return (
+        fewest_cpu_seconds(rounds, lambda: [model.predict(line, k=1) for line in lines]),
+        fewest_cpu_seconds(rounds, cached),
+    )
 
 
 def _cold_seconds(names: list[str], corpus: str, seed: int, count: int) -> float:
@@ -264,10 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         f"the filters' one-time load (spaCy, lid.176) in a fresh prepare process: "
         f"{preload_seconds(args.rounds):.2f} s"
     )
-    engine = fasttext_cpu_seconds(path, args.rounds)
+    own, cached = language_id_cpu_seconds(path, args.rounds)
+    megabytes = os.path.getsize(path) / 1e6
     print(
-        f"language ID's own engine: fastText predicts this corpus in {engine:.2f} CPU s "
-        f"({os.path.getsize(path) / 1e6 / engine:.1f} MB/s)"
+        f"language ID: fastText's own engine predicts this corpus in {own:.2f} CPU s "
+        f"({megabytes / own:.1f} MB/s), the cached engine in {cached:.2f} CPU s "
+        f"({megabytes / cached:.1f} MB/s, x{own / cached:.1f})"
         + (
             f"; the language run's units take {units['language'] - units['plain']:+.2f} s over "
             "plain prepare's, which also tokenizes the documents language ID removes"

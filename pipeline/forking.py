@@ -13,6 +13,7 @@ It lives in `pipeline/` itself: tokenizer loading (`tokenization/`) and prepare'
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import multiprocessing.connection
 import os
@@ -24,11 +25,21 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+_PR_SET_PDEATHSIG = 1
+
 
 def fork_is_safe() -> bool:
     """Whether a fork now gives a sound child: this thread alone, and JAX's runtime not started."""
     xla = sys.modules.get("jax._src.xla_bridge")
     return threading.active_count() == 1 and not (xla and xla.backends_are_initialized())
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies, however the parent dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # elsewhere an orphan finishes what it holds, then finds its pipes closed
 
 
 def _run_child(work: Callable[[], object], send: multiprocessing.connection.Connection) -> None:

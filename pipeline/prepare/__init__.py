@@ -7,3 +7,11 @@ lives in the rooms `read`, `clean`, `tokenize` and `write`; where they run (Beam
 pipelines, the watched job, forked workers, retries, progress, worker environments) in
 `execution`. Nothing here is imported by the loader.
 """
+
+import os
+
+# A local run forks one worker process per core: a BLAS thread pool in each (the language
+# identifier's matrix products) would only contend for the same cores, its threads spinning between
+# calls. Set before numpy loads, unless the user set them.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")

@@ -17,6 +17,7 @@ from pipeline.prepare.clean.quality.quality_filters import (
     check_ranges,
     parse_parameter,
 )
+from pipeline.prepare.execution import early_job
 from schemas.prepare_config import PrepareConfig
 from schemas.settings import comma_list, setting
 
@@ -115,9 +116,13 @@ def settings(args: argparse.Namespace) -> PrepareConfig:
 
 def main(argv: list[str], prog: str = "tokshards prepare") -> int:
     """The command: a bad flag or setting refused before Beam loads, then the run, which reads the
-    same arguments again (milliseconds) as `launcher.run(argv)` does when called as a library."""
-    settings(read(argv, prog)[0])
-    with interrupts.deferred():
-        import_beam_quietly()
-        from pipeline.prepare import launcher
-    return launcher.main(argv, prog)
+    same arguments again (milliseconds) as `launcher.run(argv)` does when called as a library.
+    The local job's process starts meanwhile where the filters are slow to load (`early_job`)."""
+    early_job.start(settings(read(argv, prog)[0]))
+    try:
+        with interrupts.deferred():
+            import_beam_quietly()
+            from pipeline.prepare import launcher
+        return launcher.main(argv, prog)
+    finally:
+        early_job.stop()

@@ -26,7 +26,7 @@ from pipeline.prepare.clean.dry_run import dry_run_report
 from pipeline.prepare.clean.quality.quality_filters import check_filters
 from pipeline.prepare.clean.removals import cleans
 from pipeline.prepare.clean.web.fasttext_models import pinned
-from pipeline.prepare.execution import beam_options
+from pipeline.prepare.execution import beam_options, early_job
 from pipeline.prepare.execution.worker_environment import package_versions
 from pipeline.prepare.planning import Plan, make_plan, worker_extras
 from pipeline.prepare.read import SourceError
@@ -139,6 +139,7 @@ def _run_pending(
         "units_run": len(pending),
         "units_resumed": len(done),
         "job_restarts": restarts,
+        "job_started_with_command": early_job.taken(),
         "cleaning_seconds": cleaning_seconds,
         "tokenize_seconds": time.time() - started - cleaning_seconds,
         "runner": stages.runner,

@@ -23,7 +23,7 @@ from pipeline.dataset import storage
 from pipeline.prepare.clean.inline_filters import judges_while_tokenizing
 from pipeline.prepare.clean.removals import cleans, is_cleaned
 from pipeline.prepare.clean.unit_fingerprints import fingerprinted_units
-from pipeline.prepare.execution import watch
+from pipeline.prepare.execution import early_job, watch
 from pipeline.prepare.execution.beam_cleaning import build_cleaning, preload_cleaning
 from pipeline.prepare.execution.beam_options import is_local_runner, pipeline_options, runner_name
 from pipeline.prepare.execution.beam_tokenizing import build_tokenizing, preload_tokenizing
@@ -207,6 +207,7 @@ def stage_runner(
             eval_digests=plan.eval_digests,
         )
         if not local:
+            early_job.stop()  # the job runs on the runner's workers
             storage.delete_tree(context.failures_dir)  # an earlier run's, on a remote runner
         yield StageRunner(plan, context, options, verbose)
 

@@ -16,7 +16,7 @@ it: the job's runner presents a secret drawn for this pool (Beam passes an exter
 
 from __future__ import annotations
 
-import ctypes
+import gc
 import hmac
 import logging
 import multiprocessing.connection
@@ -31,16 +31,9 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
 from apache_beam.runners.worker.sdk_worker import SdkHarness
 from apache_beam.transforms import environments
 
-_PR_SET_PDEATHSIG = 1
+from pipeline.forking import die_with_parent
+
 SECRET_PARAM = "pool_secret"
-
-
-def die_with_parent() -> None:
-    """Linux: the kernel kills this process when its parent dies, however the parent dies."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # elsewhere an orphan finishes what it holds, then finds its pipes closed
 
 
 def _serve_one_worker(requests: multiprocessing.connection.Connection) -> None:
@@ -80,12 +73,16 @@ class ForkedWorkers:
     """`count` worker processes forked now, and the pool that hands them to the runner.
 
     Create it before anything starts a thread in this process; `options` then direct the local
-    runner to it. Close it when the pipeline is done.
+    runner to it. Close it when the pipeline is done. The objects this process holds are frozen
+    out of the garbage collector's reach first, so that no worker's collection walks (and so
+    copies) the heap it inherits: a worker's first unit may otherwise pay a full collection of
+    Beam's, spaCy's and the tokenizer's objects.
     """
 
     def __init__(self, count: int):
         self.pids: list[int] = []
         requests = []
+        gc.freeze()
         for _ in range(count):
             receive, send = multiprocessing.Pipe(duplex=False)
             pid = os.fork()

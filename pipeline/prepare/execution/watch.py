@@ -26,10 +26,11 @@ import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.cli import interrupts
-from pipeline.forking import fork_is_safe
+from pipeline.forking import die_with_parent, fork_is_safe
+from pipeline.prepare.execution import early_job
 from pipeline.prepare.execution.beam_units import Build, Preload, run_units, start_units
 from pipeline.prepare.execution.failures import any_failure
-from pipeline.prepare.execution.forked_workers import die_with_parent, forked_worker_count
+from pipeline.prepare.execution.forked_workers import forked_worker_count
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
 from schemas.errors import RunError
@@ -45,14 +46,16 @@ class JobError(RunError, RuntimeError):
     its traceback."""
 
 
-def _child(
+def run_job(
     units: list[WorkUnit],
     context: RunContext,
     options: PipelineOptions,
-    errors,
     build: Build,
     preload: Preload,
+    errors: multiprocessing.connection.Connection,
 ) -> None:
+    """The job process's life: runs the units; a failure of the pipeline itself goes up `errors`,
+    and the process exits with 1."""
     interrupts.ignore_here()  # Ctrl-C is the launcher's to act on: it stops this job
     die_with_parent()
     try:
@@ -111,15 +114,26 @@ def _watch_local(
     build: Build,
     preload: Preload,
 ) -> str:
-    """Runs the job once; returns "done", "failed" (a unit failure is recorded) or "lost"."""
-    start = multiprocessing.get_context(_start_method())
-    receive, send = start.Pipe(duplex=False)
-    process = start.Process(
-        target=_child, args=(units, context, options, send, build, preload), daemon=False
-    )
-    with interrupts.ignored_in_children():
-        process.start()
-    send.close()
+    """Runs the job once, in the process started with the command if there is one (`early_job`);
+    returns "done", "failed" (a unit failure is recorded) or "lost"."""
+    job = (units, context, options, build, preload)
+    early = early_job.take()
+    if early is not None:
+        try:
+            early.jobs.send(job)
+            early.jobs.close()
+        except OSError:  # it died before its job came
+            early.stop()
+            early = None
+    if early is not None:
+        process, receive = early.process, early.errors
+    else:
+        start = multiprocessing.get_context(_start_method())
+        receive, send = start.Pipe(duplex=False)
+        process = start.Process(target=run_job, args=(*job, send), daemon=False)
+        with interrupts.ignored_in_children():
+            process.start()
+        send.close()
     workers = _Workers(process.pid, forked_worker_count(options))
     wanted = {u.index for u in units}
     try:

@@ -127,10 +127,12 @@ class Chunks:
         return np.concatenate((single, [False]))
 
 
-def chunks(texts: list[str]) -> Chunks:
+def chunks(texts: list[str], word_character: np.ndarray = _WORD_CHARACTER) -> Chunks:
+    """`word_character`: by code point, whether it is part of a chunk (the last entry stands for
+    all above), `str.isspace`'s complement by default; a space never is."""
     text = " ".join(texts)
     points = code_points(text)
-    word = np.take(_WORD_CHARACTER, points, mode="clip").view(np.int8)
+    word = np.take(word_character, points, mode="clip").view(np.int8)
     step = np.diff(word)
     starts = np.flatnonzero(step == 1) + 1
     ends = np.flatnonzero(step == -1) + 1

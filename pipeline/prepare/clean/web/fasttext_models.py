@@ -18,6 +18,8 @@ import struct
 
 from pipeline.hub_commits import commit_of
 from pipeline.prepare.clean.judgments import FilterError
+from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier, supported
+from pipeline.prepare.clean.web.fasttext_file import read_fasttext_file
 from schemas.prepare_config import PrepareConfig
 
 HUB_PREFIX = "hf:"
@@ -150,3 +152,15 @@ class FastTextModel:
 def load(spec: str) -> FastTextModel:
     """The model a spec names, loaded once per process."""
     return FastTextModel(local_path(spec))
+
+
+@functools.cache
+def load_cached(spec: str) -> CachedClassifier | None:
+    """The model a spec names in the cached engine (see `cached_fasttext`), once per process; None
+    where that engine does not predict as fastText does for it."""
+    path = local_path(spec)
+    try:
+        model = read_fasttext_file(path)
+    except (OSError, ValueError) as e:
+        raise FilterError(f"fastText model {path} cannot be read ({e})") from None
+    return CachedClassifier(model) if supported(model) is None else None

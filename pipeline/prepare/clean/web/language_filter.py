@@ -5,14 +5,28 @@ the document's `language`, its probability the `language_score`. With `languages
 is kept when its score for one of them is above `language_threshold` (strictly); with `languages`
 None (datatrove's PR #226), when its best score is; with `label_only`, always. A wanted language
 that is not a label of the model is refused before any unit runs (datatrove would score it 0).
+
+A batch of texts is scored by the cached engine (`cached_fasttext`: fastText's rules, each distinct
+word's rows summed once per process), with fastText's own engine where that one does not cover the
+model, and where a threshold below `_SAFE_PRUNING` makes fastText's pruning of the labels under
+1e-5 decide.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from pipeline.prepare.clean.judgments import FilterError, Judged
-from pipeline.prepare.clean.web.fasttext_models import LABEL_PREFIX, FastTextModel, load, pinned
+from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier, as_scored
+from pipeline.prepare.clean.web.fasttext_models import (
+    LABEL_PREFIX,
+    FastTextModel,
+    load,
+    load_cached,
+    pinned,
+)
 
 
 @dataclasses.dataclass
@@ -31,6 +45,7 @@ class LanguageRule:
         if isinstance(self.languages, str):
             self.languages = [self.languages]
         self._model: FastTextModel | None = None
+        self._cached: CachedClassifier | None = None
         self._wanted = frozenset(LABEL_PREFIX + language for language in self.languages or ())
 
     def use(self, language_model: str | None) -> None:
@@ -43,19 +58,42 @@ class LanguageRule:
         self._model = load(pinned(language_model))
         if self.languages:
             self._model.check_labels(list(self.languages), "languages")
+        if not self._wanted or not 0 <= self.language_threshold < _SAFE_PRUNING:
+            self._cached = load_cached(pinned(language_model))
 
     def check(self, text: str) -> None:
         self.judge([text])
 
     def judge(self, texts: list[str]) -> list[Judged]:
         """Per text: whether it is kept, the text (unchanged) and its language notes."""
-        return [self._judge(text) for text in texts]
+        if self._cached is None:
+            return [self._judge(text) for text in texts]
+        probabilities = self._cached.probabilities(texts)
+        labels = self._cached.labels
+        best = probabilities.argmax(axis=1)
+        scores = probabilities[np.arange(len(texts)), best]
+        threshold = self.language_threshold
+        if not self._wanted:
+            kept = scores > threshold
+        else:
+            wanted = [i for i, label in enumerate(labels) if LABEL_PREFIX + label in self._wanted]
+            kept = (probabilities[:, wanted] > threshold).any(axis=1)
+        return [
+            Judged(
+                bool(keep) or self.label_only,
+                text,
+                {"language": labels[label], "language_score": float(score)},
+            )
+            for text, keep, label, score in zip(
+                texts, kept.tolist(), best.tolist(), scores.tolist()
+            )
+        ]
 
     def _judge(self, text: str) -> Judged:
         # fastText finds its best label without scoring every one (its hierarchical softmax walks
         # only the branches that can beat it), with the probability `k=-1` gives it: that decides
         # all but a document whose best language is not wanted yet above the threshold.
-        line = text.replace("\n", " ")
+        line = as_scored(text.replace("\n", " "))
         labels, scores = self._model.predict(line, k=1)
         best, score = labels[0], scores[0]
         threshold = self.language_threshold

@@ -1,0 +1,107 @@
+"""The local job's process, started with the command, before the launcher imports Beam.
+
+A run's way to its first unit is serial: the launcher imports Beam (about a second), resolves its
+settings and plans, then starts the job, which loads what its workers need before it forks them.
+Where the run's filters split words, that load is spaCy's import (most of a second). So such a
+run's job process is forked first instead, while the launcher is still one thread with little
+imported: it imports Beam and spaCy on another core while the launcher imports Beam and plans, then
+waits for its job. `watch` hands it the run's first local job; the job is the same, only where its
+process came from differs. A run that needs no local job (a remote runner, an output already
+complete, settings refused) stops it, and it dies with the launcher however the launcher ends.
+
+Nothing here imports Beam: this module is loaded before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import os
+
+from pipeline.cli import interrupts
+from pipeline.forking import die_with_parent, fork_is_safe
+from schemas.prepare_config import FILTER_NAMES, PrepareConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyJob:
+    """The started process, and the launcher's ends of its pipes: the job goes down `jobs` once;
+    a job that fails sends its error up `errors`."""
+
+    process: multiprocessing.Process
+    jobs: multiprocessing.connection.Connection
+    errors: multiprocessing.connection.Connection
+
+    def stop(self) -> None:
+        self.jobs.close()
+        self.process.kill()
+        self.process.join()
+
+
+_started: EarlyJob | None = None
+_taken = False
+
+
+def start(config: PrepareConfig) -> None:
+    """Starts the job's process now if the run's filters split words and forking is safe."""
+    global _started
+    if _started is not None or not set(config.filters) & set(FILTER_NAMES) or not fork_is_safe():
+        return
+    fork = multiprocessing.get_context("fork")
+    jobs_out, jobs_in = fork.Pipe(duplex=False)
+    errors_out, errors_in = fork.Pipe(duplex=False)
+    ends = (jobs_out, jobs_in, errors_out, errors_in)
+    process = fork.Process(
+        target=_wait_for_job, args=(ends, os.getpid(), config.filter_impl), daemon=False
+    )
+    with interrupts.ignored_in_children():
+        process.start()
+    jobs_out.close()
+    errors_in.close()
+    _started = EarlyJob(process, jobs_in, errors_out)
+
+
+def take() -> EarlyJob | None:
+    """The started process, once: the first local job runs in it."""
+    global _started, _taken
+    started, _started = _started, None
+    _taken = _taken or started is not None
+    return started
+
+
+def taken() -> bool:
+    """Whether a local job of this process ran in the process started with the command."""
+    return _taken
+
+
+def stop() -> None:
+    """Stops a started process that was given no job."""
+    started = take()
+    if started is not None:
+        started.stop()
+
+
+def _wait_for_job(
+    ends: tuple[multiprocessing.connection.Connection, ...], launcher: int, filter_impl: str
+) -> None:
+    interrupts.ignore_here()  # Ctrl-C is the launcher's to act on
+    die_with_parent()
+    jobs, launcher_jobs, launcher_errors, errors = ends
+    launcher_jobs.close()  # so that the launcher's end alone keeps the pipe open
+    launcher_errors.close()
+    if os.getppid() != launcher:
+        return  # the launcher died before this process could ask to die with it
+    from pipeline.cli.commands import import_beam_quietly
+    from pipeline.prepare.clean.quality.quality_filters import preload
+
+    import_beam_quietly()
+    from pipeline.prepare.execution import watch
+
+    preload(filter_impl)
+    try:
+        units, context, options, build, stage_preload = jobs.recv()
+    except EOFError:
+        return  # the run needed no local job
+    jobs.close()
+    watch.run_job(units, context, options, build, stage_preload, errors)
