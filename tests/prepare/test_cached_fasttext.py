@@ -88,6 +88,18 @@ def test_a_text_s_scores_are_its_own_whatever_its_batch_and_the_cache(model_path
     alone = np.stack([warmed.probabilities([text])[0] for text in reversed(texts)])[::-1]
     assert np.array_equal(together, alone)
 
+    class Small(CachedClassifier):
+        MAX_BYTES = 64 * model.dim * 8  # starts afresh every batch or so
+        resets = 0
+
+        def _reset(self) -> None:
+            Small.resets += 1
+            super()._reset()
+
+    small = Small(model)
+    batches = [small.probabilities(texts[i : i + 7]) for i in range(0, len(texts), 7)]
+    assert Small.resets > len(texts) // 14 and np.array_equal(together, np.concatenate(batches))
+
 
 def test_a_line_ends_at_fasttext_s_end_of_line_token():
     engine = CachedClassifier(read_fasttext_file(lid_model()))

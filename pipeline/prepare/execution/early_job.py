@@ -92,13 +92,16 @@ def _wait_for_job(
     launcher_errors.close()
     if os.getppid() != launcher:
         return  # the launcher died before this process could ask to die with it
-    from pipeline.cli.commands import import_beam_quietly
-    from pipeline.prepare.clean.quality.quality_filters import preload
+    try:
+        from pipeline.cli.commands import import_beam_quietly
+        from pipeline.prepare.clean.quality.quality_filters import preload
 
-    import_beam_quietly()
-    from pipeline.prepare.execution import watch
+        import_beam_quietly()
+        from pipeline.prepare.execution import watch
 
-    preload(filter_impl)
+        preload(filter_impl)
+    except Exception:  # a missing extra, say: the job started afresh meets it and says so
+        return
     try:
         units, context, options, build, stage_preload = jobs.recv()
     except EOFError:

@@ -18,7 +18,8 @@ whose prediction this does not cover (word n-grams, one-vs-all or negative-sampl
 to fastText's own engine (see `supported`).
 
 A text is as datatrove gives it to fastText, its newlines spaces; a lone surrogate, which fastText's
-binding refuses, is scored as U+FFFD.
+binding refuses, is scored as U+FFFD. The cache starts afresh once its sums would pass `MAX_BYTES`:
+it changes the speed, never a score.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class CachedClassifier:
     """A classifier's probabilities for every label, texts a batch at a time (see the module's
     docstring)."""
 
+    MAX_BYTES = 1 << 27  # the cached words' sums: a million words of lid.176's 16 dimensions
+
     def __init__(self, model: FastTextFile):
         reason = supported(model)
         if reason is not None:
@@ -71,10 +74,13 @@ class CachedClassifier:
         self._output = np.asarray(model.output_rows[:inner], dtype=np.float64)
         if model.loss == HIERARCHICAL_SOFTMAX:
             self._paths = _tree_paths(model.label_counts)
+        self._reset()
+
+    def _reset(self) -> None:
         self._table = HashTable()
         # Per cached word, one column: its rows' sum (gathered and summed along rows, which is
         # several times faster than the transposed layout) and their count.
-        self._sums = np.zeros((model.dim, 1024), dtype=np.float64)
+        self._sums = np.zeros((self._model.dim, 1024), dtype=np.float64)
         self._counts = np.zeros(1024, dtype=np.int64)
         self._cached = 0
         self._end = self._ids(chunks([END_OF_LINE], _WORD_CHARACTER))[0]
@@ -135,6 +141,8 @@ class CachedClassifier:
 
     def _ids(self, found: Chunks) -> np.ndarray:
         """The cache's id of each word of `found`, its rows summed first if it is new."""
+        if (self._cached + len(found.hashes)) * self._model.dim * 8 > self.MAX_BYTES:
+            self._reset()
         ids = self._table.lookup(found.hashes)
         missing = np.flatnonzero(ids < 0)
         if len(missing):

@@ -55,11 +55,12 @@ class LanguageRule:
                 "--filter language needs a language identifier: --language-model PATH or "
                 "hf:ORG/NAME/FILE (fastText's lid.176.bin or .ftz, GlotLID's model_v3.bin)"
             )
-        self._model = load(pinned(language_model))
+        spec = pinned(language_model)
+        self._model = load(spec)
         if self.languages:
             self._model.check_labels(list(self.languages), "languages")
         if not self._wanted or not 0 <= self.language_threshold < _SAFE_PRUNING:
-            self._cached = load_cached(pinned(language_model))
+            self._cached = load_cached(spec)
 
     def check(self, text: str) -> None:
         self.judge([text])
