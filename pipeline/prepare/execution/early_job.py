@@ -62,11 +62,20 @@ def start(config: PrepareConfig) -> None:
     _started = EarlyJob(process, jobs_in, errors_out)
 
 
-def take() -> EarlyJob | None:
-    """The started process, once: the first local job runs in it."""
+def hand(job: tuple) -> EarlyJob | None:
+    """Gives the started process its job, once: the process, or None where none was started or it
+    died before its job came (the caller then starts the job afresh)."""
     global _started, _taken
     started, _started = _started, None
-    _taken = _taken or started is not None
+    if started is None:
+        return None
+    try:
+        started.jobs.send(job)
+        started.jobs.close()
+    except OSError:
+        started.stop()
+        return None
+    _taken = True
     return started
 
 
@@ -77,7 +86,8 @@ def taken() -> bool:
 
 def stop() -> None:
     """Stops a started process that was given no job."""
-    started = take()
+    global _started
+    started, _started = _started, None
     if started is not None:
         started.stop()
 

@@ -117,14 +117,7 @@ def _watch_local(
     """Runs the job once, in the process started with the command if there is one (`early_job`);
     returns "done", "failed" (a unit failure is recorded) or "lost"."""
     job = (units, context, options, build, preload)
-    early = early_job.take()
-    if early is not None:
-        try:
-            early.jobs.send(job)
-            early.jobs.close()
-        except OSError:  # it died before its job came
-            early.stop()
-            early = None
+    early = early_job.hand(job)
     if early is not None:
         process, receive = early.process, early.errors
     else:

@@ -21,6 +21,10 @@ SUPERVISED = 3
 _ARGS = struct.Struct("<2i12id")  # magic, version, 12 int32 arguments, the sampling threshold
 _DICTIONARY = struct.Struct("<3i2q")  # entries, words, labels, tokens, pruned n-grams
 _ENTRY = struct.Struct("<qb")  # an entry's count and kind, after its NUL-terminated text
+_FLAG = struct.Struct("<?")  # quantized or not
+_SHAPE = struct.Struct("<2q")
+_CODE_SIZE = struct.Struct("<i")
+_QUANTIZER = struct.Struct("<4i")  # dimension, sub-quantizers, their dimension, the last one's
 _CENTROIDS = 256  # a product quantizer's centroids per sub-quantizer
 
 
@@ -47,7 +51,6 @@ class FastTextFile:
 
 class _Reader:
     def __init__(self, path: str):
-        self.path = path
         self.data = np.memmap(path, dtype=np.uint8, mode="r")
         self.at = 0
 
@@ -91,9 +94,10 @@ def read_fasttext_file(path: str) -> FastTextFile:
             texts.append(reader.text())
             counts.append(reader.unpack(_ENTRY)[0])
         pairs = reader.array("<i4", 2 * max(pruned_size, 0)).reshape(-1, 2)
-        (quantized,) = reader.unpack(struct.Struct("<?"))
+        bucket_rows = _bucket_rows(pairs, bucket) if pruned_size >= 0 else None
+        (quantized,) = reader.unpack(_FLAG)
         input_rows = _matrix(reader, quantized)
-        (quantized_output,) = reader.unpack(struct.Struct("<?"))
+        (quantized_output,) = reader.unpack(_FLAG)
         output_rows = _matrix(reader, quantized and quantized_output)
     except (struct.error, ValueError, IndexError) as e:
         raise ValueError(f"{path} ends before its fastText model does ({e})") from None
@@ -110,7 +114,7 @@ def read_fasttext_file(path: str) -> FastTextFile:
         words={text: i for i, text in enumerate(texts[:word_count])},
         labels=texts[word_count:],
         label_counts=counts[word_count:],
-        bucket_rows=_bucket_rows(pairs, bucket) if pruned_size >= 0 else None,
+        bucket_rows=bucket_rows,
         input_rows=input_rows,
         output_rows=output_rows,
     )
@@ -124,11 +128,11 @@ def _bucket_rows(pairs: np.ndarray, bucket: int) -> np.ndarray:
 
 def _matrix(reader: _Reader, quantized: bool) -> np.ndarray:
     if not quantized:
-        rows, columns = reader.unpack(struct.Struct("<2q"))
+        rows, columns = reader.unpack(_SHAPE)
         return reader.array("<f4", rows * columns).reshape(rows, columns)
-    (quantized_norms,) = reader.unpack(struct.Struct("<?"))
-    rows, _ = reader.unpack(struct.Struct("<2q"))
-    (code_size,) = reader.unpack(struct.Struct("<i"))
+    (quantized_norms,) = reader.unpack(_FLAG)
+    rows, _ = reader.unpack(_SHAPE)
+    (code_size,) = reader.unpack(_CODE_SIZE)
     codes = reader.array("u1", code_size)
     quantizer = _quantizer(reader)
     norms = np.ones(rows, dtype=np.float32)
@@ -139,7 +143,7 @@ def _matrix(reader: _Reader, quantized: bool) -> np.ndarray:
 
 
 def _quantizer(reader: _Reader) -> tuple[int, int, int, int, np.ndarray]:
-    dim, subquantizers, sub_dim, last_sub_dim = reader.unpack(struct.Struct("<4i"))
+    dim, subquantizers, sub_dim, last_sub_dim = reader.unpack(_QUANTIZER)
     centroids = reader.array("<f4", dim * _CENTROIDS)
     return dim, subquantizers, sub_dim, last_sub_dim, centroids
 
