@@ -39,7 +39,7 @@ from pipeline.prepare.write.output_dir import (
     earlier_hub_revisions,
     prepare_output_dir,
 )
-from pipeline.tokenization import is_path_spec, load_tokenizer
+from pipeline.tokenization import absolute_spec, load_tokenizer
 from pipeline.tokenization.hub import is_hub_spec, pin
 from schemas import formats
 from schemas.errors import UsageError
@@ -81,8 +81,7 @@ def _config(args: argparse.Namespace) -> PrepareConfig:
         check_filters(
             config.filters, config.filter_params, config.filter_impl, config.language_model
         )
-    if is_path_spec(config.tokenizer):
-        config = dataclasses.replace(config, tokenizer=os.path.abspath(config.tokenizer))
+    config = dataclasses.replace(config, tokenizer=absolute_spec(config.tokenizer))
     if is_hub_spec(config.tokenizer):
         config = dataclasses.replace(config, tokenizer=pin(config.tokenizer))
     return config

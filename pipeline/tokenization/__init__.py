@@ -20,11 +20,18 @@ tokenizers through it alike.
 
 from pipeline.tokenization.boundaries import TokenizerError
 from pipeline.tokenization.hub import is_hub_spec
-from pipeline.tokenization.specs import Tokenizer, is_path_spec, load_tokenizer, tokenizer_info
+from pipeline.tokenization.specs import (
+    Tokenizer,
+    absolute_spec,
+    is_path_spec,
+    load_tokenizer,
+    tokenizer_info,
+)
 
 __all__ = [
     "Tokenizer",
     "TokenizerError",
+    "absolute_spec",
     "is_hub_spec",
     "is_path_spec",
     "load_tokenizer",

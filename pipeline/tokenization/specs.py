@@ -50,6 +50,12 @@ def is_path_spec(spec: str) -> bool:
     )
 
 
+def absolute_spec(spec: str) -> str:
+    """A file or directory spec by its absolute path, so that it names the same file from anywhere
+    (and a run records it so); any other spec as it is."""
+    return os.path.abspath(spec) if is_path_spec(spec) else spec
+
+
 def _is_rank_file(path: str) -> bool:
     """Whether a file starts as a tiktoken rank file does: a line of a base64 token and its rank."""
     with open(path, "rb") as f:

@@ -2,12 +2,13 @@
 
 A run's way to its first unit is serial: the launcher imports Beam (about a second), resolves its
 settings and plans, then starts the job, which loads what its workers need before it forks them.
-Where the run's filters split words, that load is spaCy's import (most of a second). So such a
-run's job process is forked first instead, while the launcher is still one thread with little
-imported: it imports Beam and spaCy on another core while the launcher imports Beam and plans, then
-waits for its job. `watch` hands it the run's first local job; the job is the same, only where its
-process came from differs. A run that needs no local job (a remote runner, an output already
-complete, settings refused) stops it, and it dies with the launcher however the launcher ends.
+Where the run's filters split words, that load is spaCy's import (most of a second). So such a run's
+job process is forked first instead, while the launcher is still one thread with little imported: it
+imports Beam and spaCy and loads the tokenizer on another core while the launcher imports Beam and
+plans, then waits for its job. `watch` hands it the run's first local job; the job is the same, only
+where its process came from differs. A run that needs no local job (a remote runner, an output
+already complete, settings refused) stops it, and it dies with the launcher however the launcher
+ends.
 
 Nothing here imports Beam: this module is loaded before it.
 """
@@ -52,9 +53,7 @@ def start(config: PrepareConfig) -> None:
     jobs_out, jobs_in = fork.Pipe(duplex=False)
     errors_out, errors_in = fork.Pipe(duplex=False)
     ends = (jobs_out, jobs_in, errors_out, errors_in)
-    process = fork.Process(
-        target=_wait_for_job, args=(ends, os.getpid(), config.filter_impl), daemon=False
-    )
+    process = fork.Process(target=_wait_for_job, args=(ends, os.getpid(), config), daemon=False)
     with interrupts.ignored_in_children():
         process.start()
     jobs_out.close()
@@ -93,7 +92,7 @@ def stop() -> None:
 
 
 def _wait_for_job(
-    ends: tuple[multiprocessing.connection.Connection, ...], launcher: int, filter_impl: str
+    ends: tuple[multiprocessing.connection.Connection, ...], launcher: int, config: PrepareConfig
 ) -> None:
     interrupts.ignore_here()  # Ctrl-C is the launcher's to act on
     die_with_parent()
@@ -105,11 +104,18 @@ def _wait_for_job(
     try:
         from pipeline.cli.commands import import_beam_quietly
         from pipeline.prepare.clean.quality.quality_filters import preload
+        from pipeline.tokenization import absolute_spec, is_hub_spec, load_tokenizer
 
         import_beam_quietly()
         from pipeline.prepare.execution import watch
 
-        preload(filter_impl)
+        preload(config.filter_impl)
+        if not is_hub_spec(config.tokenizer):  # a hub spec waits for the launcher to pin it
+            load_tokenizer(
+                absolute_spec(config.tokenizer),
+                bos_token=config.bos_token,
+                eos_token=config.eos_token,
+            )
     except Exception:  # a missing extra, say: the job started afresh meets it and says so
         return
     try:
