@@ -23,11 +23,13 @@ import multiprocessing.connection
 import os
 import secrets
 import signal
+import threading
 from concurrent import futures
 
 import grpc
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
+from apache_beam.runners.worker import data_plane
 from apache_beam.runners.worker.sdk_worker import SdkHarness
 from apache_beam.transforms import environments
 
@@ -108,7 +110,12 @@ class ForkedWorkers:
         return environments.ExternalEnvironment(self.address, params={SECRET_PARAM: self._secret})
 
     def close(self) -> None:
-        """Once the pipeline is done: every worker has finished its bundles."""
+        """Once the pipeline is done: every worker has finished its bundles. The runner's threads
+        that read the workers' data streams may still wait on them, and would report each stream
+        cut by a worker's death as an error with its traceback: that is teardown here (a failure
+        was recorded, or raised, already), so they are silenced first."""
+        logging.getLogger(data_plane.__name__).setLevel(logging.CRITICAL + 1)
+        threading.excepthook = lambda args: None
         self._server.stop(grace=None)
         for send in self._requests:
             send.close()
