@@ -38,6 +38,14 @@ FILTER_NAMES = ("gopher-quality", "gopher-repetition", "c4", "fineweb")
 # formatter, which replaces e-mail and public IP addresses in the text kept.
 WEB_FILTER_NAMES = ("language", "fasttext", "pii")
 ALL_FILTER_NAMES = FILTER_NAMES + WEB_FILTER_NAMES
+
+
+def splits_words(filters: list[str]) -> bool:
+    """Whether a filter of these splits words (the quality filters, with spaCy: most of a second to
+    load)."""
+    return bool(set(filters) & set(FILTER_NAMES))
+
+
 # How the filters run: the rules written for speed, or datatrove's own classes (the exact mode).
 FILTER_IMPLS = ("fast", "datatrove")
 # The manifest version that added the cleaning stage's parameters, the id field and the filters.

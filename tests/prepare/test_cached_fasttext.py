@@ -15,7 +15,8 @@ from fasttext.FastText import _FastText
 
 from pipeline.prepare.clean.judgments import FilterError
 from pipeline.prepare.clean.quality.quality_filters import check_filters, quality_filters
-from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier, as_scored, supported
+from pipeline.prepare.clean.quality.word_chunks import without_surrogates
+from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier, supported
 from pipeline.prepare.clean.web.fasttext_file import read_fasttext_file
 from pipeline.prepare.clean.web.fasttext_models import load_cached
 from support.fasttext_files import dense_model
@@ -51,7 +52,7 @@ def _fasttext_probabilities(path: str, texts: list[str], labels: list[str]) -> n
     found = np.zeros((len(texts), len(labels)))
     column = {label: i for i, label in enumerate(labels)}
     for row, text in enumerate(texts):
-        line = as_scored(text.replace("\n", " "))
+        line = without_surrogates(text.replace("\n", " "))
         for label, p in zip(*model.predict(line, k=-1, threshold=-1.0)):
             found[row, column[label.removeprefix("__label__")]] = p
     return found

@@ -32,7 +32,7 @@ from pipeline.prepare.read.documents import DocumentPiece, Read, Tally
 from pipeline.prepare.read.unit_documents import numbered_documents
 from pipeline.prepare.run_context import RunContext
 from pipeline.prepare.units import WorkUnit
-from schemas.prepare_config import FILTER_NAMES, PrepareConfig
+from schemas.prepare_config import PrepareConfig, splits_words
 
 
 def judges_while_tokenizing(config: PrepareConfig) -> bool:
@@ -53,7 +53,7 @@ def worker_filters(config: PrepareConfig) -> Filters:
 def preload_filters(config: PrepareConfig) -> None:
     """What the filters judge with, loaded once: the fastText models, and spaCy's words (most of a
     second to import) where a quality filter splits words."""
-    if set(config.filters) & set(FILTER_NAMES):
+    if splits_words(config.filters):
         preload(config.filter_impl)
     worker_filters(config)
 

@@ -22,7 +22,7 @@ import os
 
 from pipeline.cli import interrupts
 from pipeline.forking import die_with_parent, fork_is_safe
-from schemas.prepare_config import FILTER_NAMES, PrepareConfig
+from schemas.prepare_config import PrepareConfig, splits_words
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ _taken = False
 def start(config: PrepareConfig) -> None:
     """Starts the job's process now if the run's filters split words and forking is safe."""
     global _started
-    if _started is not None or not set(config.filters) & set(FILTER_NAMES) or not fork_is_safe():
+    if _started is not None or not splits_words(config.filters) or not fork_is_safe():
         return
     fork = multiprocessing.get_context("fork")
     jobs_out, jobs_in = fork.Pipe(duplex=False)

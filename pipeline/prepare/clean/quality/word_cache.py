@@ -27,7 +27,6 @@ speed, never a decision.
 from __future__ import annotations
 
 import functools
-import re
 import unicodedata
 from collections.abc import Iterable
 
@@ -40,12 +39,12 @@ from pipeline.prepare.clean.quality.word_chunks import (
     code_points,
     hashes_of,
     string_hashes,
+    without_surrogates,
 )
 
 # A word's class for spaCy's sentencizer: `punct_chars` (ends a sentence), other punctuation, or
 # neither (a whitespace token is neither).
 OTHER, SENTENCE_END, PUNCTUATION = 0, 1, 2
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @functools.cache
@@ -244,7 +243,7 @@ class WordCache:
                 ([0], np.cumsum(np.array([len(s) + 1 for s in sent], dtype=np.int64))[:-1])
             )
             with nlp.memory_zone():
-                doc = nlp.tokenizer(_SURROGATE.sub("\ufffd", " ".join(sent)))
+                doc = nlp.tokenizer(without_surrogates(" ".join(sent)))
                 spans = doc.to_array([IDX, LENGTH]).astype(np.int64).reshape(-1, 2)
             of = np.searchsorted(sent_starts, spans[:, 0], side="right") - 1
             moved = (

@@ -12,6 +12,7 @@ a function of the characters alone, the same in every process: decisions may dep
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import xxhash
@@ -26,6 +27,17 @@ _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _LENGTH_MIX = np.uint64(0x9E3779B97F4A7C15)
 LONG = 200  # longer strings are hashed with xxh3
 _WINDOW = 1 << 20  # characters of text whose strings are hashed together
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """The text with each lone surrogate (a JSON `\\ud800` escape, which `str` holds but neither
+    spaCy nor fastText's binding takes) as U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def code_points(text: str) -> np.ndarray:

@@ -24,11 +24,14 @@ it changes the speed, never a score.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from pipeline.prepare.clean.quality.word_chunks import Chunks, HashTable, chunks
+from pipeline.prepare.clean.quality.word_chunks import (
+    Chunks,
+    HashTable,
+    chunks,
+    without_surrogates,
+)
 from pipeline.prepare.clean.web.fasttext_file import (
     HIERARCHICAL_SOFTMAX,
     SOFTMAX,
@@ -44,7 +47,6 @@ _WORD_CHARACTER = np.array([chr(c) not in _SEPARATORS for c in range(33)] + [Tru
 _FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
 _UTF8_BYTES = 4  # the most bytes one code point takes
 _LOG_FLOOR = 1e-5  # fastText's `std_log(x)` is log(x + 1e-5)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def supported(model: FastTextFile) -> str | None:
@@ -176,7 +178,7 @@ def _input_rows(model: FastTextFile, words: list[str]) -> tuple[np.ndarray, np.n
     """The input rows of each word (`Dictionary::getLine`): its own, if the dictionary has it as a
     word, then its n-grams' buckets', END_OF_LINE's own alone, and none for a label; as the index of
     the word each row is for, and the rows."""
-    words = [as_scored(word) for word in words]
+    words = [without_surrogates(word) for word in words]
     owners, rows, subworded = [], [], []
     for i, word in enumerate(words):
         own = model.words.get(word, -1)
@@ -233,15 +235,6 @@ def _ngram_buckets(model: FastTextFile, words: list[str]) -> tuple[np.ndarray, n
             owners.append(word_of[alive[emitted]])
             buckets.append((hashes[emitted] % np.uint64(model.bucket)).astype(np.int64))
     return np.concatenate(owners), np.concatenate(buckets)
-
-
-def as_scored(text: str) -> str:
-    """The text as it is scored: lone surrogates, which fastText's binding refuses, as U+FFFD."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-    return text
 
 
 def _tree_paths(counts: list[int]) -> np.ndarray:

@@ -19,7 +19,8 @@ import dataclasses
 import numpy as np
 
 from pipeline.prepare.clean.judgments import FilterError, Judged
-from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier, as_scored
+from pipeline.prepare.clean.quality.word_chunks import without_surrogates
+from pipeline.prepare.clean.web.cached_fasttext import CachedClassifier
 from pipeline.prepare.clean.web.fasttext_models import (
     LABEL_PREFIX,
     FastTextModel,
@@ -94,7 +95,7 @@ class LanguageRule:
         # fastText finds its best label without scoring every one (its hierarchical softmax walks
         # only the branches that can beat it), with the probability `k=-1` gives it: that decides
         # all but a document whose best language is not wanted yet above the threshold.
-        line = as_scored(text.replace("\n", " "))
+        line = without_surrogates(text.replace("\n", " "))
         labels, scores = self._model.predict(line, k=1)
         best, score = labels[0], scores[0]
         threshold = self.language_threshold
